@@ -1,0 +1,17 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Both set up the pinned virtualenv first.
+SHELL := /bin/bash
+VENV := $(shell scripts/venv.sh)
+PY := $(VENV)/bin/python
+
+.PHONY: demo test bench venv
+venv:
+	@echo $(VENV)
+
+demo:
+	$(PY) -m edgeport convert samples/models/tiny_cnn.py:build --target litert --quantize fp16 --quantize int8 --out dist/demo --force
+
+test:
+	$(PY) -m pytest -q tests
+
+bench:
+	$(PY) bench/litert_overhead.py

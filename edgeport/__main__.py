@@ -1,0 +1,3 @@
+from edgeport.cli import main
+
+main()

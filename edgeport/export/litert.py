@@ -1,0 +1,107 @@
+"""LiteRT target: the exported program -> ``.tflite`` via litert-torch, in fp32 and quantized variants.
+
+litert-torch does not take an ExportedProgram, but takes ``program.module()`` (it re-exports that graph),
+so it still converts the one program every target shares. Quantized variants use litert-torch's own
+recipes (fp16, dynamic-int8, weight-int8) and PT2E static int8 calibrated on the caller's samples.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgeport.export.registry import ConvertJob, Converted, Target
+
+RECIPES = {
+    "fp16": "full_fp16_recipe",
+    "dynamic-int8": "full_dynamic_recipe",
+    "weight-int8": "full_weight_only_recipe",
+}
+
+
+def convert(job: ConvertJob) -> Converted:
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    import litert_torch
+
+    module = job.program.module()
+    args = tuple(job.example_inputs)
+    if job.options.get("nhwc"):
+        image_args = [i for i, x in enumerate(args) if x.dim() == 4]
+        if not image_args:
+            job.notes.append("--nhwc ignored: the model has no 4-D input")
+        else:
+            module = litert_torch.to_channel_last_io(module, args=image_args)
+            args = tuple(x.permute(0, 2, 3, 1).contiguous() if i in image_args else x for i, x in enumerate(args))
+    quant_config = None
+    if job.variant in RECIPES:
+        from litert_torch.generative.quantize import quant_recipes
+
+        quant_config = getattr(quant_recipes, RECIPES[job.variant])()
+    elif job.variant == "int8":
+        module, quant_config = _calibrated_int8(module, job)
+    edge = litert_torch.convert(module, args, quant_config=quant_config)
+    path = job.out_dir / f"model_{job.variant}.tflite"
+    edge.export(str(path))
+    return Converted(path, {"ops": op_counts(path), "nhwc": bool(job.options.get("nhwc"))})
+
+
+def _calibrated_int8(module, job: ConvertJob):
+    """PT2E static int8: observe activations on calibration samples, then convert with fake quant kept
+    unfolded so litert-torch lowers real int8 kernels."""
+    import torch
+    from litert_torch.quantize import pt2e_quantizer, quant_config
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    from edgeport.runtimes.torch_eager import to_torch
+
+    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
+        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True))
+    prepared = quantize_pt2e.prepare_pt2e(module, quantizer)
+    samples = job.options.get("calibration") or []
+    if not job.options.get("calibration_is_real"):
+        job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
+    dtypes = [i.dtype for i in job.signature.inputs]
+    with torch.no_grad():
+        for sample in samples or [[x.numpy() for x in job.example_inputs]]:
+            args = [to_torch(a, d) for a, d in zip(sample, dtypes)]
+            if job.options.get("nhwc"):
+                args = [x.permute(0, 2, 3, 1).contiguous() if x.dim() == 4 else x for x in args]
+            prepared(*args)
+    converted = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
+    return converted, quant_config.QuantConfig(pt2e_quantizer=quantizer)
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    """Operator histogram read from the flatbuffer (opcode = max(builtin, deprecated builtin))."""
+    from ai_edge_litert import schema_py_generated as schema
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(str(path))
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    counts: dict[str, int] = {}
+    for subgraph in model.subgraphs:
+        for op in subgraph.operators or []:
+            code = model.operatorCodes[op.opcodeIndex]
+            builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+            name = names.get(builtin, str(builtin))
+            if name == "CUSTOM" and code.customCode:
+                name = f"CUSTOM:{code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode}"
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _load_runner(path: Path, threads: int):
+    from edgeport.runtimes.litert import load
+
+    return load(path, threads)
+
+
+TARGET = Target(
+    name="litert",
+    description="LiteRT .tflite for Android, iOS and the web (litert-torch, ai-edge-litert)",
+    variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int8"),
+    requires=("litert_torch", "ai_edge_litert"),
+    extra="litert",
+    convert=convert,
+    load_runner=_load_runner,
+)

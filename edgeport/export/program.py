@@ -1,0 +1,97 @@
+"""The one ``torch.export`` every target starts from, and the signature read off it.
+
+Exporting once (rather than letting each converter trace the user's module again) is what makes the
+targets comparable: they all convert the same graph, and parity failures are the converter's, not the
+tracer's.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgeport.errors import ExportFailed
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """User-visible inputs and outputs of the exported program, in the model's own flattened order."""
+
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+
+
+def export_program(module, example_inputs: tuple, dynamic_shapes=None):
+    """``torch.export.export`` in eval mode; failures become :class:`ExportFailed` naming the user's line."""
+    import torch
+
+    module.eval()
+    try:
+        with torch.no_grad():
+            return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as exc:
+        raise ExportFailed(describe_export_error(exc)) from exc
+
+
+def describe_export_error(exc: BaseException) -> str:
+    """First useful lines of torch's message plus the last frame that is the user's code, not a library's."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("For more information", "from user code", "Set TORCH"))][:3]
+    message = f"torch.export failed: {type(exc).__name__}: {' | '.join(useful)}"
+    user_frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_user_file(f.filename)]
+    location = _user_location_from_message(lines)
+    if user_frames:
+        frame = user_frames[-1]
+        location = f"{frame.filename}:{frame.lineno}: {frame.line}"
+    return f"{message} (at {location})" if location else message
+
+
+def _is_user_file(filename: str) -> bool:
+    return not any(part in filename for part in ("site-packages", "/torch/", "/lib/python3", "<frozen", "edgeport/"))
+
+
+def _user_location_from_message(lines: list[str]) -> str | None:
+    """torch often names the user frame in the message itself (``File "x.py", line 9, in forward``)."""
+    for i, line in enumerate(lines):
+        if line.startswith('File "') and _is_user_file(line):
+            source = lines[i + 1] if i + 1 < len(lines) else ""
+            return f"{line} {source}".strip()
+    return None
+
+
+def signature_of(program, input_names: tuple[str, ...] | None = None) -> Signature:
+    """Names, shapes and dtypes of user inputs/outputs, from the program's graph signature."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    nodes = {n.name: n for n in program.graph.nodes}
+    user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    names = list(input_names) if input_names and len(input_names) == len(user_inputs) else user_inputs
+    inputs = tuple(_info(name, nodes[arg].meta.get("val")) for name, arg in zip(names, user_inputs))
+    user_outputs = [s.arg for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    outputs = tuple(_info(f"output_{i}", nodes[a.name].meta.get("val") if hasattr(a, "name") and a.name in nodes else None)
+                    for i, a in enumerate(user_outputs))
+    return Signature(inputs, outputs)
+
+
+def _info(name: str, val) -> TensorInfo:
+    if val is None or not hasattr(val, "shape"):
+        return TensorInfo(name, (), "unknown")
+    shape = tuple(int(d) if str(d).isdigit() else -1 for d in val.shape)
+    return TensorInfo(name, shape, str(val.dtype).removeprefix("torch."))
+
+
+def save_program(program, path: Path) -> None:
+    import torch
+
+    torch.export.save(program, path)

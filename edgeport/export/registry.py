@@ -1,0 +1,88 @@
+"""Target registry: name -> Target, and the capability table that code and diagnostics both read.
+
+Adding a target is one module in ``export/``, one in ``runtimes/`` and one line in ``TARGET_MODULES``;
+nothing else branches on target names. Target modules are light to import: their heavy libraries are
+imported inside the functions that need them, so listing targets costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+# The registry: target name -> module defining ``TARGET``. Order is report order.
+TARGET_MODULES = {
+    "litert": "edgeport.export.litert",
+}
+
+
+class Runner(Protocol):
+    """A loaded artifact. Inputs and outputs are numpy arrays in the exported program's flattened order."""
+
+    threads: int
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+    def io(self) -> dict:
+        """``{"inputs": [...], "outputs": [...]}`` as the runtime sees them (name, shape, dtype,
+        quantization): the per-target part of manifest.json that apps read."""
+        ...
+
+
+@dataclass
+class ConvertJob:
+    """Everything a target needs to convert one variant of the one exported program."""
+
+    program: Any                      # torch.export.ExportedProgram
+    example_inputs: tuple             # torch tensors, flattened in signature order
+    signature: Any                    # edgeport.export.program.Signature
+    variant: str
+    out_dir: Path                     # DIR/<target>/ inside the temporary output directory
+    options: dict = field(default_factory=dict)       # --nhwc, calibration samples, topologies, ...
+    notes: list[str] = field(default_factory=list)    # warnings that belong in the report
+
+
+@dataclass
+class Converted:
+    artifact: Path
+    details: dict = field(default_factory=dict)   # extra report fields (ops, tpu_compile, rewrites, ...)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    variants: tuple[str, ...]          # the first one is always built; others on --quantize
+    requires: tuple[str, ...]          # importable modules the target needs
+    extra: str                         # pip extra that installs them
+    convert: Callable[[ConvertJob], Converted]
+    load_runner: Callable[[Path, int], Runner]
+    dynamic_dims: bool = False
+
+    @property
+    def default_variant(self) -> str:
+        return self.variants[0]
+
+    def missing_requirements(self) -> list[str]:
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install 'edgeport[{self.extra}]'"
+
+
+def get_target(name: str) -> Target:
+    return importlib.import_module(TARGET_MODULES[name]).TARGET
+
+
+def target_names() -> list[str]:
+    return list(TARGET_MODULES)
+
+
+def all_variants() -> set[str]:
+    return {v for name in TARGET_MODULES for v in get_target(name).variants}

@@ -1,0 +1,61 @@
+"""PyTorch eager: the reference every artifact is compared against, behind the same Runner interface."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def to_numpy(t) -> np.ndarray:
+    """Tensor -> numpy; bf16 (which numpy lacks) goes through float32."""
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy()
+
+
+def to_torch(array: np.ndarray, dtype: str | None = None):
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    return t.to(getattr(torch, dtype)) if dtype and dtype != "unknown" else t
+
+
+def flatten_outputs(out) -> list:
+    """Model output (tensor, tuple, dict, ModelOutput) -> flat list of tensors in pytree order, the order
+    torch.export gives the program's outputs."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)]
+
+
+class EagerRunner:
+    """Runs the eager module (or ``ExportedProgram.module()``) on numpy inputs."""
+
+    def __init__(self, module, input_dtypes: Sequence[str], threads: int):
+        self.module = module  # already in eval mode: export_program() set it, or it is ExportedProgram.module()
+        self.input_dtypes = list(input_dtypes)
+        self.threads = threads
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        torch.set_num_threads(self.threads)
+        args = [to_torch(a, d) for a, d in zip(inputs, self.input_dtypes)]
+        with torch.no_grad():
+            return [to_numpy(t) for t in flatten_outputs(self.module(*args))]
+
+    def io(self) -> dict:
+        return {}
+
+
+def flatten_inputs(example) -> tuple:
+    """Example inputs -> flat tuple of tensors in pytree order, the order of the program's user inputs."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return tuple(x for x in tree_flatten(tuple(example))[0] if isinstance(x, torch.Tensor))

@@ -1,0 +1,25 @@
+"""Latency: warm up, then time single calls until a count or time budget is spent; report p50/p90.
+
+Percentiles of single calls (not a mean of a loop) because the shared 2-core machines are noisy and the
+median is what survives noise; p90 shows the tail a user will feel.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+def measure(call: Callable[[], object], threads: int, warmup: int = 3, min_runs: int = 10,
+            max_runs: int = 200, budget_seconds: float = 2.0) -> dict:
+    for _ in range(warmup):
+        call()
+    times = []
+    deadline = time.perf_counter() + budget_seconds
+    while len(times) < max_runs and (len(times) < min_runs or time.perf_counter() < deadline):
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
+    return {"p50": max(pick(0.5), 1e-6), "p90": max(pick(0.9), 1e-6), "runs": len(times), "threads": threads}

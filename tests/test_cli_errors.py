@@ -1,0 +1,86 @@
+"""Bad input: exit 2, one line naming the problem, no traceback, nothing left in --out or beside it."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli, write_model_file
+
+MODELS = REPO / "tests" / "models.py"
+
+
+def _assert_usage_error(result, out: Path, needle: str):
+    assert result.returncode == 2, result.stderr
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.startswith("edgeport: error:")]
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not out.exists() or not any(out.iterdir())
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "staging dir left behind"
+
+
+@pytest.mark.parametrize("spec_suffix,needle", [
+    ("missing.py:build", "model file not found"),
+    ("MODELS:nope", "has no attribute 'nope'"),
+    ("RAISES:build", "raised RuntimeError: boom"),
+    ("WRONG:build", "must return an nn.Module"),
+    ("no_such_pkg.models:build", "no module named 'no_such_pkg'"),
+    ("nothing_here.pt2", "exported program not found"),
+    ("justtext", "bad MODEL"),
+])
+def test_bad_model_specs(tmp_path, spec_suffix, needle):
+    raises = write_model_file(tmp_path, "def build():\n    raise RuntimeError('boom')\n", "raises.py")
+    wrong = write_model_file(tmp_path, "def build():\n    return 42\n", "wrong.py")
+    spec = (spec_suffix.replace("MODELS", str(MODELS)).replace("RAISES", str(raises)).replace("WRONG", str(wrong)))
+    if spec.startswith("missing") or spec.endswith(".pt2"):
+        spec = str(tmp_path / spec)
+    out = tmp_path / "out"
+    _assert_usage_error(run_cli("convert", spec, "--out", out, cwd=tmp_path), out, needle)
+
+
+@pytest.mark.parametrize("flag,needle", [
+    ("x:1by20:float32", "bad shape '1by20'"),
+    ("x:1x20:float99", "unknown dtype 'float99'"),
+    ("x1x20", "expected NAME:SHAPE:DTYPE"),
+])
+def test_bad_input_flags(tmp_path, flag, needle):
+    out = tmp_path / "out"
+    _assert_usage_error(run_cli("convert", f"{MODELS}:bare_mlp", "--input", flag, "--out", out), out, needle)
+
+
+def test_module_without_inputs_asks_for_input(tmp_path):
+    out = tmp_path / "out"
+    _assert_usage_error(run_cli("convert", f"{MODELS}:bare_mlp", "--out", out), out, "--input NAME:SHAPE:DTYPE")
+
+
+def test_unknown_target_and_variant(tmp_path):
+    out = tmp_path / "out"
+    _assert_usage_error(run_cli("convert", f"{MODELS}:mlp", "-t", "coreml", "--out", out), out, "unknown target 'coreml'")
+    _assert_usage_error(run_cli("convert", f"{MODELS}:mlp", "-q", "int3", "--out", out), out, "--quantize 'int3'")
+    _assert_usage_error(run_cli("convert", f"{MODELS}:mlp", "--budget", "cosine=0.9", "--out", out), out, "bad --budget")
+
+
+def test_non_empty_out_refused_without_force(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = run_cli("convert", f"{MODELS}:mlp", "--out", out)
+    assert result.returncode == 2 and "not empty" in result.stderr
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_export_failure_names_user_line_and_exits_1(tmp_path):
+    model = write_model_file(tmp_path, (
+        "class Branchy(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if x.sum() > 0:  # data-dependent control flow\n"
+        "            return x * 2\n"
+        "        return x - 1\n\n"
+        "def build():\n    return Branchy(), (torch.randn(2, 3),)\n"))
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{model}:build", "--out", out, "--no-latency")
+    assert result.returncode == 1, result.stderr
+    report = (out / "report.json").read_text()
+    assert "torch.export failed" in report
+    assert "model.py" in report and "x.sum() > 0" in report
+    assert "Traceback" not in result.stderr
