@@ -7,8 +7,10 @@ and its error is recorded in the report. Exit codes follow DESIGN.md (0 ok, 1 fa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -96,10 +98,12 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> ConvertRe
 
     input_specs = [parse_input_spec(text) for text in opts.inputs]
     progress("loading model")
-    loaded = load_model(opts.model, input_specs, opts.hf_task, opts.seq_len)
+    timings: dict[str, float] = {}
+    with timed(timings, "load"):
+        loaded = load_model(opts.model, input_specs, opts.hf_task, opts.seq_len)
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.", dir=_parent(opts.out)))
     try:
-        report = _convert_into(staging, loaded, opts, the_plan, progress)
+        report = _convert_into(staging, loaded, opts, the_plan, progress, timings)
         publish(staging, opts.out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -120,21 +124,21 @@ def publish(staging: Path, out: Path) -> None:
     os.replace(staging, out)
 
 
-def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, progress: Progress) -> dict:
+def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, progress: Progress, timings: dict) -> dict:
     from edgeport.export.program import export_program, save_program, signature_of
     from edgeport.validate.report import write_outputs
 
-    context = {"spec": opts.model, "threads": opts.threads, "error": None}
     progress("torch.export")
     try:
-        program = loaded.program or export_program(loaded.module, loaded.example_inputs)
+        with timed(timings, "export"):
+            program = loaded.program or export_program(loaded.module, loaded.example_inputs)
+            save_program(program, staging / "exported.pt2")
     except ExportFailed as exc:
-        context["error"] = str(exc)
         rows = [_row(t.name, v, status="failed", error=str(exc)) for t, v in the_plan.rows]
-        return write_outputs(staging, build_report(opts.model, None, rows, None), None, opts.junit)
-    save_program(program, staging / "exported.pt2")
+        return write_outputs(staging, build_report(opts.model, None, rows, None, timings), None, opts.junit)
     signature = signature_of(program, loaded.input_names)
-    session = _Session.start(loaded, program, signature, opts, progress)
+    with timed(timings, "reference"):
+        session = _Session.start(loaded, program, signature, opts, progress)
     rows = []
     for target, variant in the_plan.rows:
         from edgeport.config import budget_for
@@ -142,7 +146,7 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
         progress(f"{target.name} {variant}")
         rows.append(run_row(target, variant, session, staging, budget))
-    report = build_report(opts.model, _param_count(program), rows, session.reference_latency)
+    report = build_report(opts.model, _param_count(program), rows, session.reference_latency, timings)
     return write_outputs(staging, report, session.manifest(rows), opts.junit)
 
 
@@ -210,12 +214,47 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
     row = _row(target.name, variant)
     start = time.perf_counter()
     try:
-        converted = target.convert(job)
+        with converter_output_to(out_dir / f"convert_{variant}.log"):
+            converted = target.convert(job)
     except Exception as exc:
         return {**row, "status": "failed", "error": f"conversion failed: {first_line(exc)}", "notes": job.notes}
     row.update(convert_seconds=round(time.perf_counter() - start, 3), artifact=str(converted.artifact.relative_to(staging)),
                size_bytes=converted.artifact.stat().st_size, notes=job.notes, **converted.details)
-    return {**row, **judge_artifact(target, converted.artifact, session, budget)}
+    start = time.perf_counter()
+    verdict = judge_artifact(target, converted.artifact, session, budget)
+    return {**row, **verdict, "check_seconds": round(time.perf_counter() - start, 3)}
+
+
+@contextlib.contextmanager
+def timed(timings: dict, name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = round(time.perf_counter() - start, 3)
+
+
+@contextlib.contextmanager
+def converter_output_to(log_path: Path):
+    """Converters print progress and C++ logs on stdout/stderr; send both (at the fd level, where C++ writes)
+    to a log beside the artifact so the terminal shows edgeport's own output. Empty logs are removed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+    if log_path.stat().st_size == 0:
+        log_path.unlink()
 
 
 def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> dict:
@@ -251,7 +290,8 @@ def _param_count(program) -> int:
     return int(sum(p.numel() for p in program.state_dict.values()))
 
 
-def build_report(spec: str, params: int | None, rows: list[dict], reference_latency: dict | None) -> dict:
+def build_report(spec: str, params: int | None, rows: list[dict], reference_latency: dict | None,
+                 timings: dict | None = None) -> dict:
     return {
         "schema": "edgeport.report/1",
         "edgeport_version": __version__,
@@ -259,4 +299,5 @@ def build_report(spec: str, params: int | None, rows: list[dict], reference_late
         "passed": bool(rows) and all(r["status"] == "ok" for r in rows),
         "targets": rows,
         "reference": {"latency_ms": reference_latency} if reference_latency else {},
+        "timings_s": timings or {},
     }

@@ -78,7 +78,8 @@ def _with_progress(work):
     """Run ``work(progress)`` under a Rich status line; usage errors become one line + exit 2."""
     from rich.console import Console
 
-    console = Console(stderr=True)
+    # Our own handle on the terminal's stderr: conversions redirect fd 2 into their log files.
+    console = Console(file=os.fdopen(os.dup(2), "w"), stderr=True)
     try:
         with console.status("starting") as status:
             return work(lambda message: status.update(f"[bold]{message}"))
