@@ -42,6 +42,7 @@ class ConvertOptions:
     hf_task: str = "auto"
     seq_len: int = 16
     target_options: dict = field(default_factory=dict)
+    localize: bool = True
 
 
 @dataclass
@@ -222,6 +223,8 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
                size_bytes=converted.artifact.stat().st_size, notes=job.notes, **converted.details)
     start = time.perf_counter()
     verdict = judge_artifact(target, converted.artifact, session, budget)
+    if verdict.get("parity") and not verdict["parity"]["passed"] and session.opts.localize:
+        verdict = {**verdict, **localize(target, job, session, budget, verdict["parity"])}
     return {**row, **verdict, "check_seconds": round(time.perf_counter() - start, 3)}
 
 
@@ -273,6 +276,23 @@ def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> d
     latency = measure(lambda: runner.run(session.samples[0]), runner.threads) if session.opts.latency else None
     status = {"status": "ok", "error": None} if parity["passed"] else {"status": "failed", "error": f"parity: {parity['message']}"}
     return {**status, "parity": parity, "latency_ms": latency, "io": runner.io()}
+
+
+def localize(target, job, session: _Session, budget: dict, parity: dict) -> dict:
+    """Name the first layer that diverges, on the worst sample of the first failing output."""
+    from edgeport.validate.localize import first_divergent_layer
+
+    failing = next(o for o in parity["outputs"] if not o["passed"])
+    sample = session.samples[failing.get("worst_sample", 0)]
+    try:
+        with converter_output_to(job.out_dir / f"localize_{job.variant}.log"):
+            where = first_divergent_layer(target, job, sample, budget, session.opts.threads)
+    except Exception as exc:
+        return {"diverged_at": None, "notes": [*job.notes, f"could not localize the divergence: {first_line(exc)}"]}
+    if where is None:
+        return {"diverged_at": None}
+    at = f"{where['layer']} ({where['kind']})" + (f" called at {where['source']}" if where.get("source") else "")
+    return {"diverged_at": where, "error": f"parity: {parity['message']}; first diverging layer: {at}"}
 
 
 def first_line(exc: BaseException) -> str:

@@ -44,6 +44,7 @@ def convert(
     budget: List[str] = typer.Option([], "--budget", help="parity budget override [TARGET.][VARIANT.]KEY=VALUE"),
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head: auto (config's architecture), base, text-classification, causal-lm, ..."),
     seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
+    localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
     from edgeport.api import ConvertOptions
@@ -52,7 +53,8 @@ def convert(
     opts = ConvertOptions(model=model, out=out, targets=list(target), quantize=list(quantize), inputs=list(input),
                           nhwc=nhwc, threads=threads, samples=samples, seed=seed, data=data,
                           calibration_data=calibration_data, latency=not no_latency, force=force, junit=junit,
-                          config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len)
+                          config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len,
+                          localize=localize)
     result = _with_progress(lambda progress: run_convert(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)

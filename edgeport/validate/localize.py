@@ -1,0 +1,98 @@
+"""When parity fails, find the first layer whose output already diverges.
+
+A bad max error on the final output says *that* a conversion is wrong, not *where*. This cuts the exported
+program after a layer (the last node of each leaf module, in graph order), converts that prefix with the
+same target and variant, and compares it with PyTorch on the same sample; a binary search over layers finds
+the first divergent one in log2(layers) conversions. It works for every target because it only uses the
+target's own ``convert`` and ``load_runner``. Binary search assumes that once a prefix diverges, longer
+prefixes do too — true for the usual converter bug (a wrong kernel); the report calls the answer
+"first diverging layer found by bisection".
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layer:
+    node: str          # FX node name of the layer's last op
+    module: str        # module path, e.g. "encoder.layers.0.linear1"
+    kind: str          # module class, e.g. "Linear"
+    source: str | None  # the user's source line that called it
+
+
+def layers(program) -> list[Layer]:
+    """Layer boundaries in graph order: the last tensor-producing node of each run of one leaf module."""
+    result: list[Layer] = []
+    for node in program.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if node.op != "call_function" or not stack or not _is_tensor(node.meta.get("val")):
+            continue
+        path, kind = list(stack.values())[-1]
+        layer = Layer(node.name, path, str(kind).rsplit(".", 1)[-1], _user_source(node.meta.get("stack_trace")))
+        if result and result[-1].module == path:
+            result[-1] = layer
+        else:
+            result.append(layer)
+    return result
+
+
+def _is_tensor(val) -> bool:
+    return val is not None and hasattr(val, "shape") and hasattr(val, "dtype")
+
+
+def _user_source(stack_trace: str | None) -> str | None:
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s*(.+)', stack_trace or "")
+    user = [f for f in frames if "/torch/" not in f[0] and "site-packages" not in f[0]]
+    return f"{user[-1][0]}:{user[-1][1]}: {user[-1][2].strip()}" if user else None
+
+
+def truncated_program(program, node_name: str, example_inputs: tuple):
+    """The exported program cut after ``node_name`` (its value becomes the only output), exported again."""
+    import torch
+
+    module = program.module()
+    graph = module.graph
+    target = next(n for n in graph.nodes if n.name == node_name)
+    output = next(n for n in graph.nodes if n.op == "output")
+    graph.erase_node(output)
+    graph.output((target,))
+    graph.eliminate_dead_code()
+    module.recompile()
+    return torch.export.export(module, tuple(example_inputs), strict=False)
+
+
+def first_divergent_layer(target, job, sample: list, budget: dict, threads: int, max_steps: int = 12) -> dict | None:
+    """Bisect over layers; returns the report's ``diverged_at`` entry, or None if no layer could be blamed."""
+    from edgeport.runtimes.torch_eager import EagerRunner
+    from edgeport.validate.parity import compare
+
+    candidates = layers(job.program)
+    if not candidates:
+        return None
+
+    def diverges(index: int) -> bool:
+        sub = truncated_program(job.program, candidates[index].node, job.example_inputs)
+        reference = EagerRunner(sub.module(), [i.dtype for i in job.signature.inputs], threads).run(sample)
+        with tempfile.TemporaryDirectory() as tmp:
+            sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[])
+            runner = target.load_runner(target.convert(sub_job).artifact, threads)
+            return not compare([reference], [runner.run(sample)], budget, ["layer"])["passed"]
+
+    low, high, steps = 0, len(candidates) - 1, 0
+    if not diverges(high):
+        return None  # the failure is not reproduced by any single layer output (e.g. only a later output differs)
+    while low < high and steps < max_steps:
+        middle = (low + high) // 2
+        steps += 1
+        if diverges(middle):
+            high = middle
+        else:
+            low = middle + 1
+    layer = candidates[high]
+    return {"layer": layer.module, "kind": layer.kind, "node": layer.node, "source": layer.source,
+            "index": high, "layers": len(candidates), "conversions": steps + 1, "method": "bisection"}

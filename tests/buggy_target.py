@@ -1,0 +1,44 @@
+"""A demo backend that doubles as a test: it "converts" by saving the ExportedProgram and "runs" it through an
+FX interpreter whose tanh kernel is wrong, like a converter with one bad op lowering."""
+
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.export.registry import Converted, Target
+
+
+def convert(job):
+    import torch
+
+    path = job.out_dir / f"model_{job.variant}.pt2"
+    torch.export.save(job.program, path)
+    return Converted(path)
+
+
+class BuggyRunner:
+    def __init__(self, path: Path, threads: int):
+        import torch
+
+        self.threads = threads
+        self.module = torch.export.load(path).module()
+
+    def run(self, inputs):
+        import torch
+        from torch.fx import Interpreter
+
+        class WrongTanh(Interpreter):
+            def call_function(self, target, args, kwargs):
+                out = super().call_function(target, args, kwargs)
+                return out * 1.5 if target is torch.ops.aten.tanh.default else out
+
+        with torch.no_grad():
+            out = WrongTanh(self.module).run(*[torch.from_numpy(np.asarray(x)) for x in inputs])
+        return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else [out])]
+
+    def io(self):
+        return {}
+
+
+TARGET = Target(name="buggy", description="test backend with a wrong tanh", variants=("fp32",), requires=("torch",),
+                extra="dev", convert=convert, load_runner=lambda path, threads: BuggyRunner(path, threads))
