@@ -215,7 +215,20 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
         return {**row, "status": "failed", "error": f"conversion failed: {first_line(exc)}", "notes": job.notes}
     row.update(convert_seconds=round(time.perf_counter() - start, 3), artifact=str(converted.artifact.relative_to(staging)),
                size_bytes=converted.artifact.stat().st_size, notes=job.notes, **converted.details)
-    return {**row, **judge_artifact(target, converted.artifact, session, budget)}
+    row.update(judge_artifact(target, converted.artifact, session, budget))
+    if row.get("io"):
+        row["parity_sample"] = parity_sample_for(out_dir, row, session, staging)
+    return row
+
+
+def parity_sample_for(target_dir: Path, row: dict, session: _Session, staging: Path) -> str | None:
+    """The target's parity sample (written by its first artifact that ran), if this artifact can take it."""
+    from edgeport.validate.sample import DIRNAME, fits, write_parity_sample
+
+    index = target_dir / DIRNAME / "index.json"
+    if not index.exists():
+        write_parity_sample(target_dir, row["io"], row["variant"], session.samples[0], session.reference[0])
+    return str(index.relative_to(staging)) if fits(index, row["io"]) else None
 
 
 def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> dict:
