@@ -76,3 +76,56 @@ def test_int64_inputs_become_int32_in_the_sample(tmp_path):
     assert manifest["inputs"][0]["dtype"] == "int64"
     index = json.loads((out / manifest["artifacts"][0]["parity_sample"]).read_text())
     assert index["inputs"][0]["dtype"] == manifest["artifacts"][0]["inputs"][0]["dtype"] == "int32"
+
+
+# The apps' manifest parsers: each struct maps to a part of the schema; every field they read must be there.
+SCHEMA_PARTS = {"EdgeportManifest": None, "Artifact": "artifact", "RuntimeTensor": "runtimeTensor",
+                "Quantization": "quantization", "ParitySampleIndex": "paritySampleIndex", "SampleTensor": "sampleTensor"}
+
+
+def _schema_properties(part: str | None) -> set[str]:
+    schema = json.loads(MANIFEST_SCHEMA.read_text())
+    node = schema if part is None else schema["$defs"][part]
+    for option in node.get("oneOf", [node]):
+        if "properties" in option:
+            return set(option["properties"])
+    return set()
+
+
+def _kotlin_fields(source: str) -> dict[str, set[str]]:
+    import re
+
+    fields = {}
+    for match in re.finditer(r"data class (\w+)\(", source):
+        depth, i = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(source[i], 0)
+            i += 1
+        params = source[match.end():i - 1]
+        names = re.findall(r'(?:@SerialName\("(\w+)"\)\s*)?val (\w+)', params)
+        fields[match.group(1)] = {serial or name for serial, name in names}
+    return fields
+
+
+def _swift_fields(source: str) -> dict[str, set[str]]:
+    import re
+
+    fields = {}
+    for match in re.finditer(r"struct (\w+): Codable[^{]*\{(.*?)\n\}", source, re.S):
+        body = match.group(2)
+        renamed = dict(re.findall(r'case (\w+) = "(\w+)"', body))
+        names = re.findall(r"^\s+let (\w+):", body, re.M)
+        fields[match.group(1)] = {renamed.get(n, n) for n in names}
+    return fields
+
+
+@pytest.mark.parametrize("path,parse", [
+    ("samples/android/app/src/main/kotlin/dev/edgeport/sample/Manifest.kt", _kotlin_fields),
+    ("samples/ios/EdgeportSample/Manifest.swift", _swift_fields),
+])
+def test_app_parsers_read_only_schema_fields(path, parse):
+    fields = parse((REPO / path).read_text())
+    assert set(fields) == set(SCHEMA_PARTS), fields
+    for struct, names in fields.items():
+        unknown = names - _schema_properties(SCHEMA_PARTS[struct])
+        assert not unknown, f"{path}: {struct} reads {unknown}, which samples/manifest.schema.json does not define"
