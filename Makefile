@@ -11,6 +11,7 @@ demo:
 	$(PY) -m edgeport convert samples/models/tiny_cnn.py:build --target litert --quantize fp16 --quantize int8 --out dist/demo --force
 
 test:
+	bash scripts/web-deps.sh
 	$(PY) -m pytest -q tests
 
 bench:

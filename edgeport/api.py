@@ -225,7 +225,10 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
     verdict = judge_artifact(target, converted.artifact, session, budget)
     if verdict.get("parity") and not verdict["parity"]["passed"] and session.opts.localize:
         verdict = {**verdict, **localize(target, job, session, budget, verdict["parity"])}
-    return {**row, **verdict, "check_seconds": round(time.perf_counter() - start, 3)}
+    row.update(verdict, check_seconds=round(time.perf_counter() - start, 3))
+    if row.get("io"):
+        row["parity_sample"] = parity_sample_for(out_dir, row, session, staging)
+    return row
 
 
 @contextlib.contextmanager
@@ -258,6 +261,20 @@ def converter_output_to(log_path: Path):
             os.close(saved[1])
     if log_path.stat().st_size == 0:
         log_path.unlink()
+
+
+def parity_sample_for(target_dir: Path, row: dict, session: _Session, staging: Path) -> str | None:
+    """The target's parity sample (written by its first artifact that ran), if this artifact can take it."""
+    from edgeport.validate.sample import DIRNAME, fits, write_parity_sample
+
+    index = target_dir / DIRNAME / "index.json"
+    try:
+        if not index.exists():
+            write_parity_sample(target_dir, row["io"], row["variant"], session.samples[0], session.reference[0])
+        return str(index.relative_to(staging)) if fits(index, row["io"]) else None
+    except Exception as exc:  # a runtime whose io() numpy cannot read: the artifact is still good
+        row.setdefault("notes", []).append(f"parity sample not written: {first_line(exc)}")
+        return None
 
 
 def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> dict:

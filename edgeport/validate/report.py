@@ -130,7 +130,7 @@ def render_junit(report: dict) -> str:
 def build_manifest(spec: str, signature, rows: list[dict]) -> dict:
     """Inputs/outputs of the model and, per artifact, as its runtime sees them (names, dtypes, quantization)."""
     artifacts = [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
-                  **(r.get("io") or {})} for r in rows if r.get("artifact")]
+                  **(r.get("io") or {}), "parity_sample": r.get("parity_sample")} for r in rows if r.get("artifact")]
     return {
         "schema": "edgeport.manifest/1",
         "edgeport_version": __version__,
