@@ -418,6 +418,8 @@ def _revalidate_row(row: dict, directory: Path, session: _Session, config: dict,
     judged = {**row, "size_bytes": path.stat().st_size, **judge_artifact(target, path, session, budget)}
     digest = sha256_of(path)
     if row.get("sha256") and digest != row["sha256"]:
-        judged.update(status="failed", error=f"artifact changed since conversion: sha256 {digest[:12]}… != recorded "
-                                             f"{row['sha256'][:12]}… ({judged.get('error') or 'parity still within budget'})")
+        changed = f"sha256 {digest[:12]}… != recorded {row['sha256'][:12]}…"
+        error = judged.get("error") or ""
+        judged.update(status="failed", error=f"{error} (file changed since conversion: {changed})" if error.startswith("artifact")
+                      else f"artifact changed since conversion: {changed} ({error or 'parity still within budget'})")
     return judged
