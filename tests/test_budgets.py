@@ -10,7 +10,7 @@ from edgeport.validate.parity import compare, default_budget, topk_agreement
 
 def test_topk_agreement_counts_rows():
     ref = np.array([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5], [0.3, 0.3, 0.4]], np.float32)
-    out = np.array([[0.1, 0.9, 0.0], [0.1, 0.8, 0.1], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]], np.float32)
+    out = np.array([[0.1, 0.9, 0.0], [0.05, 0.8, 0.15], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]], np.float32)
     assert topk_agreement([ref], [out], 1) == 0.5
     assert topk_agreement([ref], [out], 2) == 0.75  # row 1's top-1 (class 0) is not in the artifact's top-2 {1, 2}
 

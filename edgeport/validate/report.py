@@ -205,6 +205,8 @@ def _histogram_svg(title: str, hist: dict) -> str:
         x = pad + i * bar_w
         parts.append(f'<rect class="bin" x="{x:.1f}" y="{height - 30 - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" fill="#47a">'
                      f'<title>{html.escape(label)}: {count}</title></rect>')
+        if count:
+            parts.append(f'<text x="{x:.1f}" y="{height - 33 - h:.1f}">{count}</text>')
         if i % 2 == 0:
             parts.append(f'<text x="{x:.1f}" y="{height - 16}">{html.escape(label)}</text>')
     return (f'<figure><figcaption>{html.escape(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" class="histogram" '
