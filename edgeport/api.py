@@ -145,6 +145,7 @@ def publish(staging: Path, out: Path) -> None:
 
 
 def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, progress: Progress) -> dict:
+    from edgeport.config import budget_for, is_required
     from edgeport.export.program import export_program, save_program, signature_of
     from edgeport.validate.report import write_outputs
 
@@ -154,7 +155,8 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
         program = loaded.program or export_program(loaded.module, loaded.example_inputs)
     except ExportFailed as exc:
         context["error"] = str(exc)
-        rows = [_row(t.name, v, status="failed", error=str(exc)) for t, v in the_plan.rows]
+        rows = [{**_row(t.name, v, status="failed", error=str(exc)), "required": is_required(t.name, v, the_plan.config)}
+                for t, v in the_plan.rows]
         report = finish_report(build_report(opts.model, None, rows, None), the_plan.baseline)
         return write_outputs(staging, report, None, opts.junit)
     save_program(program, staging / "exported.pt2")
@@ -162,8 +164,6 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
     session = _Session.start(loaded, program, signature, opts, progress)
     rows = []
     for target, variant in the_plan.rows:
-        from edgeport.config import budget_for, is_required
-
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
         progress(f"{target.name} {variant}")
         rows.append({**run_row(target, variant, session, staging, budget),
