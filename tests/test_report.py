@@ -138,8 +138,10 @@ def test_baseline_regressions_exit_1_and_are_marked(tmp_path):
     row["latency_ms"]["p50"] = 0.1                   # now 0.5 ms: slower
     row["parity"]["max_rel_err"] = 1e-9              # now ~1e-7 but under the 1e-6 floor: not a regression
     (tmp_path / "old.json").write_text(json.dumps(old))
-    result = run_cli("report", directory, "--baseline", tmp_path / "old.json")
+    result = run_cli("report", directory, "--baseline", tmp_path / "old.json", "-f", "md", "-f", "junit")
     assert result.returncode == 1, result.stdout + result.stderr
+    failure = ET.parse(directory / "junit.xml").getroot().find("testcase/failure")
+    assert failure is not None and "regression: bigger" in failure.get("message")
     marked = read_report(directory)
     regressions = marked["targets"][0]["regressions"]
     assert len(regressions) == 2 and any("bigger" in r for r in regressions) and any("slower" in r for r in regressions)
