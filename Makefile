@@ -16,3 +16,4 @@ test:
 
 bench:
 	$(PY) bench/litert_overhead.py
+	$(PY) bench/onnx_vs_eager.py
