@@ -40,6 +40,7 @@ class ConvertOptions:
     hf_task: str = "auto"
     seq_len: int = 16
     target_options: dict = field(default_factory=dict)
+    decompositions: str | None = None
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Plan:
     rows: list[tuple[object, str]]     # (Target, variant)
     config: dict
     budget_flags: list
+    decompositions: dict = field(default_factory=dict)
 
 
 Progress = Callable[[str], None]
@@ -79,7 +81,12 @@ def plan(opts: ConvertOptions) -> Plan:
         raise UsageError("--threads and --samples must be at least 1")
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
     check_output_dir(opts.out, opts.force)
-    return Plan(rows, load_config(opts.config), parse_budget_flags(opts.budgets))
+    decompositions = {}
+    if opts.decompositions:
+        from edgeport.export.rewrites import load_decompositions
+
+        decompositions = load_decompositions(opts.decompositions)
+    return Plan(rows, load_config(opts.config), parse_budget_flags(opts.budgets), decompositions)
 
 
 def check_output_dir(out: Path, force: bool) -> None:
@@ -124,7 +131,10 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
     from edgeport.export.program import export_program, save_program, signature_of
     from edgeport.validate.report import write_outputs
 
+    from edgeport.export.rewrites import apply_module_rewrites
+
     context = {"spec": opts.model, "threads": opts.threads, "error": None}
+    module_rewrites = apply_module_rewrites(loaded.module)
     progress("torch.export")
     try:
         program = loaded.program or export_program(loaded.module, loaded.example_inputs)
@@ -135,6 +145,7 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
     save_program(program, staging / "exported.pt2")
     signature = signature_of(program, loaded.input_names)
     session = _Session.start(loaded, program, signature, opts, progress)
+    session.module_rewrites, session.decompositions = module_rewrites, the_plan.decompositions
     rows = []
     for target, variant in the_plan.rows:
         from edgeport.config import budget_for
@@ -158,6 +169,28 @@ class _Session:
     reference_latency: dict | None
     opts: ConvertOptions
     sample_origin: dict
+    module_rewrites: list = field(default_factory=list)
+    decompositions: dict = field(default_factory=dict)
+    _rewritten: dict = field(default_factory=dict)
+
+    def rewritten(self, target):
+        """The program as this target needs it (its declared passes + --decompositions), re-exported at
+        most once per set of passes. A pass that breaks the program falls back to the original one."""
+        from edgeport.export.rewrites import RewriteFailed, Rewritten, apply_rewrites
+
+        key = tuple(target.rewrites)
+        if key not in self._rewritten:
+            notes = []
+            # an untraceable custom op body is the likeliest breakage: retry without inlining, then without all
+            for names in (key, tuple(n for n in key if n != "inline_custom_ops"), ()):
+                try:
+                    result = apply_rewrites(self.program, self.example, names, self.decompositions if names else {})
+                    self._rewritten[key] = Rewritten(result.program, result.example_inputs, result.applied,
+                                                     notes + result.notes, result.reference_precision)
+                    break
+                except RewriteFailed as exc:
+                    notes.append(f"rewrite skipped: {first_line(exc)}")
+        return self._rewritten[key]
 
     @classmethod
     def start(cls, loaded, program, signature, opts: ConvertOptions, progress: Progress) -> "_Session":
@@ -206,13 +239,16 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
                     error=f"not installed ({', '.join(missing)}): {target.install_hint}")
     out_dir = staging / target.name
     out_dir.mkdir(exist_ok=True)
-    job = ConvertJob(session.program, session.example, session.signature, variant, out_dir, session.job_options())
-    row = _row(target.name, variant)
     start = time.perf_counter()
+    prepared = session.rewritten(target)
+    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
+                     session.job_options(), notes=list(prepared.notes))
+    row = {**_row(target.name, variant), "rewrites": session.module_rewrites + prepared.applied}
+    budget = _budget_after_rewrites(budget, prepared, target.name, variant)
     try:
         converted = target.convert(job)
     except Exception as exc:
-        return {**row, "status": "failed", "error": f"conversion failed: {first_line(exc)}", "notes": job.notes}
+        return {**row, "status": "failed", "error": conversion_error(exc, prepared.program), "notes": job.notes}
     row.update(convert_seconds=round(time.perf_counter() - start, 3), artifact=str(converted.artifact.relative_to(staging)),
                size_bytes=converted.artifact.stat().st_size, notes=job.notes, **converted.details)
     return {**row, **judge_artifact(target, converted.artifact, session, budget)}
@@ -228,12 +264,44 @@ def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> d
         runner = target.load_runner(artifact, session.opts.threads)
         outputs = [runner.run(sample) for sample in session.samples]
     except Exception as exc:
-        return {"status": "failed", "error": f"artifact does not run in its runtime: {first_line(exc)}"}
+        return {"status": "failed", "error": runtime_error(exc)}
     parity = compare(session.reference, outputs, budget, [o.name for o in session.signature.outputs])
     parity["sample_origin"] = session.sample_origin
     latency = measure(lambda: runner.run(session.samples[0]), runner.threads) if session.opts.latency else None
     status = {"status": "ok", "error": None} if parity["passed"] else {"status": "failed", "error": f"parity: {parity['message']}"}
     return {**status, "parity": parity, "latency_ms": latency, "io": runner.io()}
+
+
+def _budget_after_rewrites(budget: dict, prepared, target: str, variant: str) -> dict:
+    """A bf16/fp16 model converted in fp32 is judged with its own precision's budget: the artifact is more
+    precise than the reference, and the difference is the model's rounding, not the converter's."""
+    if not prepared.reference_precision:
+        return budget
+    from edgeport.validate.parity import default_budget
+
+    loose = default_budget(prepared.reference_precision)
+    merged = dict(budget)
+    for key, value in loose.items():
+        current = merged.get(key)
+        merged[key] = value if current is None else (max(current, value) if "err" in key else min(current, value))
+    return merged
+
+
+def conversion_error(exc: BaseException, program) -> str:
+    """The converter's first line, plus what edgeport knows about ops no pass could fix (custom ops)."""
+    from edgeport.export.rewrites import describe_custom_ops
+
+    hints = describe_custom_ops(program)
+    return f"conversion failed: {first_line(exc)}" + (f" — {'; '.join(hints)}" if hints else "")
+
+
+def runtime_error(exc: BaseException) -> str:
+    """'converted but cannot run': name the ops the runtime refused (``(OP) failed to prepare``)."""
+    import re
+
+    refused = sorted(set(re.findall(r"\(([A-Z][A-Z0-9_]+)\) failed to (?:prepare|invoke)", str(exc))))
+    what = f"runtime refuses op {', '.join(refused)}: " if refused else ""
+    return f"artifact does not run in its runtime: {what}{first_line(exc)}"
 
 
 def first_line(exc: BaseException) -> str:
