@@ -105,7 +105,7 @@ TARGET = Target(
     convert=convert,
     load_runner=_load_runner,
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
-              "sort_as_topk", "scatter_add_onehot"),
+              "sort_by_rank", "scatter_add_onehot"),
     refuses=(
         ("aten.histc.default", "Lowering not found: aten.histc.default"),
         ("aten.stft.default", "Unsupported ir element type: complex<f32>"),

@@ -152,29 +152,42 @@ def conv_transpose_cropped(x, weight, bias=None, stride=1, padding=0, output_pad
     return y
 
 
-def sort_by_topk(x, dim=-1, descending=False, stable=None):
-    """``sort`` as ``topk(k = size)``: TFLite's TOPK_V2 gives int32 indices, where a lowered sort needs an
-    int64 comparator the converter cannot emit. Ascending sorts negate (exact for floats and ints)."""
+RANK_SORT_MAX = 2048   # above this, the n x n comparison of sort_by_rank costs too much: topk instead
+
+
+def sort_by_rank(x, dim=-1, descending=False, stable=None):
+    """``sort`` without a sort op: each element's rank is the count of elements that go before it (ties by
+    position, i.e. a stable sort), and the inverse permutation comes from a rank == position mask. Exact
+    and stable on every backend; O(n^2) compares, so rows longer than RANK_SORT_MAX use topk(k = n)
+    (TFLite TOPK_V2: int32 indices; ties may then come out in another order)."""
     import torch
 
     n = x.shape[dim]
-    if descending:
-        values, indices = torch.topk(x, n, dim=dim, largest=True, sorted=True)
-        return values, indices.to(torch.int64)
-    values, indices = torch.topk(-x, n, dim=dim, largest=True, sorted=True)
-    return -values, indices.to(torch.int64)
+    if n > RANK_SORT_MAX:
+        values, indices = torch.topk(x if descending else -x, n, dim=dim, largest=True, sorted=True)
+        return (values if descending else -values), indices.to(torch.int64)
+    v = x.movedim(dim, -1)
+    mine, other = v.unsqueeze(-1), v.unsqueeze(-2)                    # x_i down, x_j across
+    position = torch.arange(n, dtype=torch.int32)
+    goes_first = (other > mine) if descending else (other < mine)
+    tie_first = (other == mine) & (position.unsqueeze(0) < position.unsqueeze(-1))
+    rank = (goes_first | tie_first).to(torch.int32).sum(-1)          # (..., n)
+    at_rank = rank.unsqueeze(-1) == position                          # (..., i, r)
+    order = (at_rank.to(torch.int32) * position.unsqueeze(-1)).sum(-2)  # index i holding rank r
+    values = torch.where(at_rank, v.unsqueeze(-1), torch.zeros((), dtype=v.dtype)).sum(-2).to(v.dtype)
+    return values.movedim(-1, dim), order.to(torch.int64).movedim(-1, dim)
 
 
-def sort_stable_by_topk(x, *, stable=None, dim=-1, descending=False):
-    return sort_by_topk(x, dim, descending)
+def sort_stable_by_rank(x, *, stable=None, dim=-1, descending=False):
+    return sort_by_rank(x, dim, descending)
 
 
-def argsort_by_topk(x, dim=-1, descending=False, stable=None):
-    return sort_by_topk(x, dim, descending)[1]
+def argsort_by_rank(x, dim=-1, descending=False, stable=None):
+    return sort_by_rank(x, dim, descending)[1]
 
 
-def argsort_stable_by_topk(x, *, stable=None, dim=-1, descending=False):
-    return sort_by_topk(x, dim, descending)[1]
+def argsort_stable_by_rank(x, *, stable=None, dim=-1, descending=False):
+    return sort_by_rank(x, dim, descending)[1]
 
 
 def scatter_add_onehot(base, dim, index, src):
@@ -297,11 +310,11 @@ REWRITES: dict[str, Rewrite] = {r.name: r for r in [
             "transposed conv without padding + crop + bias",
             ("aten.conv_transpose1d.default", "aten.conv_transpose2d.input", "aten.conv_transpose3d.input"),
             swap_to(conv_transpose_cropped, when=_has_output_padding)),
-    Rewrite("sort_as_topk", "sort/argsort lower to an int64 comparator the converter rejects: topk(k=size)",
-            ("aten.sort.default", "aten.sort.stable", "aten.argsort.default", "aten.argsort.stable"),
-            lambda gm, node: swap_to({"aten.sort.default": sort_by_topk, "aten.sort.stable": sort_stable_by_topk,
-                                      "aten.argsort.default": argsort_by_topk,
-                                      "aten.argsort.stable": argsort_stable_by_topk}[str(node.target)])(gm, node)),
+    Rewrite("sort_by_rank", "sort/argsort lower to an int64 comparator the converter rejects: stable rank by "
+            "compare + count", ("aten.sort.default", "aten.sort.stable", "aten.argsort.default", "aten.argsort.stable"),
+            lambda gm, node: swap_to({"aten.sort.default": sort_by_rank, "aten.sort.stable": sort_stable_by_rank,
+                                      "aten.argsort.default": argsort_by_rank,
+                                      "aten.argsort.stable": argsort_stable_by_rank}[str(node.target)])(gm, node)),
     Rewrite("scatter_add_onehot", "scatter_add converts to STABLEHLO_SCATTER, which the runtime cannot run: "
             "one-hot compare + sum", ("aten.scatter_add.default",), swap_to(scatter_add_onehot, when=_scatter_shapes_fit)),
     Rewrite("conv_padding_numeric", "Conv(padding='valid'/'same') breaks torchax ('immutable_list' ...): "
