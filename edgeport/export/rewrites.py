@@ -197,10 +197,10 @@ def scatter_add_onehot(base, dim, index, src):
 
     dim = dim % base.dim()
     src = src[tuple(slice(0, s) for s in index.shape)]
-    moved_index, moved_src = index.movedim(dim, -1), src.movedim(dim, -1)
     positions = torch.arange(base.shape[dim], dtype=index.dtype)
-    hits = moved_index.unsqueeze(-1) == positions                     # (..., m, n)
-    added = torch.where(hits, moved_src.unsqueeze(-1), torch.zeros((), dtype=src.dtype)).sum(-2)
+    hits = index.unsqueeze(-1) == positions                           # (..., m at dim, ..., n)
+    added = torch.where(hits, src.unsqueeze(-1), torch.zeros((), dtype=src.dtype)).sum(dim)
+    # no transpose of the index: LiteRT folds expand + transpose into a BROADCAST_TO that cannot run
     return base + added.movedim(-1, dim)
 
 
