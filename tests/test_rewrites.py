@@ -284,3 +284,24 @@ def test_bad_decompositions_file_is_bad_input(tmp_path):
     bad.write_text("X = 1\n")
     result = run_cli("convert", f"{MODELS}:mlp", "-t", "litert", "--out", tmp_path / "o", "--decompositions", bad)
     assert result.returncode == 2 and "DECOMPOSITIONS" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_user_outputs_skip_mutated_buffers():
+    from edgeport.export.program import user_output_positions
+
+    class DecodeStep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", torch.zeros(1, 4, 2))
+            self.register_buffer("v", torch.zeros(1, 4, 2))
+
+        def forward(self, x, pos):
+            self.k.index_copy_(1, pos, x)
+            self.v.index_copy_(1, pos, x * 2)
+            return (self.k * self.v).sum(-1), x + 1
+
+    # torch.export keeps index_copy_ in place; decomposing (as torchax does) functionalizes it
+    program = export(DecodeStep(), torch.randn(1, 1, 2), torch.tensor([1])).run_decompositions()
+    [output_node] = [n for n in program.graph.nodes if n.op == "output"]
+    assert len(output_node.args[0]) == 4                        # k, v (mutated buffers) come first
+    assert user_output_positions(program) == [2, 3]
