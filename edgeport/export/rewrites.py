@@ -463,19 +463,17 @@ def batched_experts(module) -> bool:
     ``transformers::grouped_mm_fallback`` custom op with a data-dependent loop (fails on LiteRT, TPU and
     ONNX). The "batched_mm" experts implementation is the same math with static shapes; "eager" is not
     exportable (data-dependent expert loop)."""
-    setter = getattr(module, "set_experts_implementation", None)
-    changed = False
-    for sub in module.modules():
-        setter = getattr(sub, "set_experts_implementation", None)
-        config = getattr(sub, "config", None)
-        current = getattr(config, "_experts_implementation", None)
-        if setter is not None and current is not None and current != "batched_mm":
-            try:
-                setter("batched_mm")
-            except Exception:
-                continue
-            changed = True
-    return changed
+    experts = [m for m in module.modules() if hasattr(m, "_is_expert_parallel") and hasattr(m, "config")]
+    if not experts or all(m.config._experts_implementation == "batched_mm" for m in experts):
+        return False
+    owner = next((m for m in module.modules() if hasattr(m, "set_experts_implementation")), None)
+    if owner is None:
+        return False
+    try:
+        owner.set_experts_implementation("batched_mm")
+    except Exception:  # an experts class that does not offer batched_mm: leave it, histc_onehot may still help
+        return False
+    return all(m.config._experts_implementation == "batched_mm" for m in experts)
 
 
 MODULE_REWRITES: dict[str, Callable] = {"batched_experts": batched_experts}
