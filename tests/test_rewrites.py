@@ -311,3 +311,20 @@ def test_batched_experts_leaves_dense_models_alone():
     import transformers
     config = transformers.GPT2Config(vocab_size=32, n_positions=16, n_embd=8, n_layer=1, n_head=2)
     assert R.apply_module_rewrites(transformers.GPT2LMHeadModel(config)) == []
+
+
+def test_torchax_takes_conv_padding_strings_only_after_the_rewrite():
+    """Class 10 at the program level, on torchax itself (CPU lowering; no TPU needed)."""
+    import jax
+    import torchax.export
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Conv2d(3, 4, 3, padding="valid"), nn.Conv2d(4, 4, 4, padding="same")).eval()
+    x = torch.randn(1, 3, 9, 9)
+    program = export(module, x)
+    with pytest.raises(TypeError, match="immutable_list"):
+        torchax.export.exported_program_to_jax(program)
+    rewritten = R.apply_rewrites(program, (x,), ["conv_padding_numeric"])
+    weights, fn = torchax.export.exported_program_to_jax(rewritten.program)
+    out = np.asarray(jax.jit(fn)(weights, (jax.numpy.asarray(x.numpy()),))[0])
+    assert np.abs(out - module(x).detach().numpy()).max() < 1e-5
