@@ -323,7 +323,8 @@ def test_torchax_takes_conv_padding_strings_only_after_the_rewrite():
     x = torch.randn(1, 3, 9, 9)
     program = export(module, x)
     with pytest.raises(TypeError, match="immutable_list"):
-        torchax.export.exported_program_to_jax(program)
+        raw_weights, raw_fn = torchax.export.exported_program_to_jax(program)
+        jax.jit(raw_fn)(raw_weights, (jax.numpy.asarray(x.numpy()),))
     rewritten = R.apply_rewrites(program, (x,), ["conv_padding_numeric"])
     weights, fn = torchax.export.exported_program_to_jax(rewritten.program)
     out = np.asarray(jax.jit(fn)(weights, (jax.numpy.asarray(x.numpy()),))[0])
