@@ -346,15 +346,6 @@ def _matches(rewrite: Rewrite, node) -> bool:
     return custom_op_definition(node) is not None
 
 
-def needed(program, names) -> list[str]:
-    """The passes among ``names`` whose ops occur in the program (what ``edgeport check`` reports)."""
-    present = [n for n in program.graph.nodes if n.op == "call_function"]
-    found = [name for name in names if name in REWRITES and any(_matches(REWRITES[name], n) for n in present)]
-    if "upcast_fp32" in names and low_precision_of(program):
-        found.insert(0, "upcast_fp32")
-    return found
-
-
 def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict | None = None) -> Rewritten:
     """Apply the named passes that are needed (plus the user's --decompositions) and re-export once."""
     gm, example, applied, notes, precision = None, tuple(example_inputs), [], [], None
@@ -554,11 +545,3 @@ def refused_ops(program, refuses) -> dict[str, tuple[int, str]]:
     if dtype in table:
         add(dtype, table[dtype])
     return found
-
-
-def rewrite_catalog() -> list[tuple[str, str]]:
-    """(name, what it fixes) for every pass: the README/--help table."""
-    return [("batched_experts", "HF MoE grouped-mm experts (histc + custom op): module pass"),
-            ("upcast_fp32", "bf16/fp16 models: convert in fp32, judge with the low-precision budget"),
-            *((r.name, r.fixes) for r in REWRITES.values()),
-            ("user_decompositions", "--decompositions file.py: the user's own op replacements")]
