@@ -71,7 +71,9 @@ class Decoder(nn.Module):
         self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
 
     def forward(self, ids):
-        h = self.blocks(self.embed(ids), mask=self.mask)
+        # is_causal=True: without it nn.TransformerEncoder compares the mask to a causal one at run time, a
+        # data-dependent check torch.export cannot trace (both edgeport and raw fail with GuardOnDataDependentSymNode)
+        h = self.blocks(self.embed(ids), mask=self.mask, is_causal=True)
         return h @ self.embed.weight.T
 
 
