@@ -361,8 +361,8 @@ def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict |
             applied.append("user_decompositions")
     for name in names:
         rewrite = REWRITES.get(name)
-        if rewrite is None:
-            continue
+        if rewrite is None or not any(_matches(rewrite, node) for node in program.graph.nodes):
+            continue  # unlifting a big program costs seconds: only when a pass has work
         gm = gm or program.module()
         changed = [rewrite.rewrite(gm, node) for node in list(gm.graph.nodes) if _matches(rewrite, node)]
         if any(changed):
