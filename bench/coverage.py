@@ -381,6 +381,14 @@ def write_markdown(results: dict) -> None:
                 f"{_fmt(ep.get('wall_seconds'))} / {_fmt(raw.get('wall_seconds'))}",
                 f"{_fmt(ep.get('rss_mb'))} / {_fmt(raw.get('rss_mb'))}",
                 f"{_fmt(ep.get('latency_ratio'))} / {_fmt(raw.get('latency_ratio'))}"]) + " |")
+        realistic = [r for r in mine if r["covers"].startswith("realistic")]
+        if realistic:
+            lines += ["", "Realistic-size models, edgeport ÷ raw (goal ≤ 1.2×; raw must have converted):", ""]
+            for r in realistic:
+                ep, raw = r["edgeport"], r["raw"]
+                ratio = lambda key: (f"{ep[key] / raw[key]:.2f}×" if ep.get(key) and raw.get(key) else "—")  # noqa: E731
+                lines.append(f"- {r['model']}: convert seconds {ratio('convert_seconds')}, peak RSS {ratio('rss_mb')}, "
+                             f"process wall {ratio('wall_seconds')} (raw: {raw['status']})")
         lines += ["", "Errors:", ""]
         for r in mine:
             for side in ("edgeport", "raw"):
