@@ -354,7 +354,10 @@ def write_markdown(results: dict) -> None:
              "RSS = peak of the child process (os.wait4). latency ratio = artifact median ÷ PyTorch eager median. "
              "convert s: edgeport = rewrites + target conversion (the shared torch.export is outside it); raw = "
              "the library's convert call (which exports inside). process wall s = the whole child: edgeport also "
-             "runs the eager reference, parity samples and latency; raw runs the example once.", ""]
+             "runs the eager reference, parity samples and latency; raw runs the example once. Rows are merged "
+             "across runs (bench/coverage.json; `--models`, `--raw-only`) on 2 shared cores with other jobs running: "
+             "timings are noisy, and only rows whose two sides ran back to back (the realistic-size ones) compare "
+             "seconds fairly.", ""]
     for target in sorted({r["target"] for r in rows}):
         mine = [r for r in rows if r["target"] == target]
         ok_ep = sum(r["edgeport"]["status"] == "ok" for r in mine)
