@@ -364,10 +364,13 @@ def write_markdown(results: dict) -> None:
         ok_raw = sum(r["raw"]["status"] == "ok" for r in mine)
         silent = sum(r["edgeport"].get("rc") == 0 and not (r["edgeport"].get("verify") or {}).get("ok") for r in mine)
         raw_wrong = sum(r["raw"]["status"] == "WRONG numbers" for r in mine)
-        worse = [r["model"] for r in mine if r["raw"]["status"] == "ok" and r["edgeport"]["status"] != "ok"]
+        unknown = sum(r["edgeport"]["status"] == "unknown target" for r in mine)
+        worse = [r["model"] for r in mine if r["raw"]["status"] == "ok"
+                 and r["edgeport"]["status"] not in ("ok", "unknown target")]
         lines += [f"## {target}", "",
                   f"- models: {len(mine)}; edgeport ok: **{ok_ep}**; raw ok: **{ok_raw}**; "
-                  f"edgeport failed where raw worked: {', '.join(worse) or 'none'}",
+                  f"edgeport failed where raw worked: {', '.join(worse) or 'none'}"
+                  + (f"; edgeport does not know this target (not on this branch): {unknown} rows" if unknown else ""),
                   f"- edgeport exit 0 with wrong numbers (verify failed): **{silent}**; "
                   f"raw runs that gave wrong numbers without any error: **{raw_wrong}**", "",
                   "| model | covers | edgeport | rewrites | err | verify | raw | raw err | convert s ep / raw | "
