@@ -129,9 +129,8 @@ def publish(staging: Path, out: Path) -> None:
 
 def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, progress: Progress) -> dict:
     from edgeport.export.program import export_program, save_program, signature_of
-    from edgeport.validate.report import write_outputs
-
     from edgeport.export.rewrites import apply_module_rewrites
+    from edgeport.validate.report import write_outputs
 
     context = {"spec": opts.model, "threads": opts.threads, "error": None}
     module_rewrites = apply_module_rewrites(loaded.module)
@@ -182,7 +181,7 @@ class _Session:
         if key not in self._rewritten:
             notes = []
             # an untraceable custom op body is the likeliest breakage: retry without inlining, then without all
-            for names in (key, tuple(n for n in key if n != "inline_custom_ops"), ()):
+            for names in dict.fromkeys((key, tuple(n for n in key if n != "inline_custom_ops"), ())):
                 try:
                     result = apply_rewrites(self.program, self.example, names, self.decompositions if names else {})
                     self._rewritten[key] = Rewritten(result.program, result.example_inputs, result.applied,
@@ -244,7 +243,7 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
     job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
                      session.job_options(), notes=list(prepared.notes))
     row = {**_row(target.name, variant), "rewrites": session.module_rewrites + prepared.applied}
-    budget = _budget_after_rewrites(budget, prepared, target.name, variant)
+    budget = _budget_after_rewrites(budget, prepared)
     try:
         converted = target.convert(job)
     except Exception as exc:
@@ -272,7 +271,7 @@ def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> d
     return {**status, "parity": parity, "latency_ms": latency, "io": runner.io()}
 
 
-def _budget_after_rewrites(budget: dict, prepared, target: str, variant: str) -> dict:
+def _budget_after_rewrites(budget: dict, prepared) -> dict:
     """A bf16/fp16 model converted in fp32 is judged with its own precision's budget: the artifact is more
     precise than the reference, and the difference is the model's rounding, not the converter's."""
     if not prepared.reference_precision:
