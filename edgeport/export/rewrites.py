@@ -263,7 +263,7 @@ COMPLEX_USERS = {
 
 def real_dft(_gm, node) -> bool:
     """Replace a complex-producing FFT node with a real (real, imag) pair when every user can take the
-    pair: abs, abs**p, view_as_real, real, imag. Anything else keeps the complex op (and its error)."""
+    pair: abs, view_as_real, real, imag. Anything else (angle, complex mul) keeps the complex op and its error."""
     users = list(node.users)
     plan = []
     for user in users:
@@ -281,7 +281,7 @@ def real_dft(_gm, node) -> bool:
 def inline_custom_op(_gm, node) -> bool:
     """Replace a ``torch.library.custom_op`` call by its own Python implementation (CPU kernel), so the
     re-export traces whatever torch code is inside it. Untraceable bodies fail at re-export and are then
-    diagnosed by :func:`describe_custom_op`."""
+    diagnosed by :func:`describe_custom_ops`."""
     opdef = custom_op_definition(node)
     if opdef is None:
         return False
