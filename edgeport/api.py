@@ -44,6 +44,7 @@ class ConvertOptions:
     target_options: dict = field(default_factory=dict)
     localize: bool = True
     baseline: Path | None = None
+    decompositions: str | None = None
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Plan:
     config: dict
     budget_flags: list
     baseline: dict | None = None       # an earlier report.json, already checked readable
+    decompositions: dict = field(default_factory=dict)
 
 
 Progress = Callable[[str], None]
@@ -84,8 +86,13 @@ def plan(opts: ConvertOptions) -> Plan:
         raise UsageError("--threads and --samples must be at least 1")
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
     check_output_dir(opts.out, opts.force)
+    decompositions = {}
+    if opts.decompositions:
+        from edgeport.export.rewrites import load_decompositions
+
+        decompositions = load_decompositions(opts.decompositions)
     config = load_config(opts.config)
-    return Plan(rows, config, parse_budget_flags(opts.budgets), _read_baseline(opts.baseline, config))
+    return Plan(rows, config, parse_budget_flags(opts.budgets), _read_baseline(opts.baseline, config), decompositions)
 
 
 def _read_baseline(path: Path | None, config: dict) -> dict | None:
@@ -152,8 +159,10 @@ def publish(staging: Path, out: Path) -> None:
 def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, progress: Progress, timings: dict) -> dict:
     from edgeport.config import budget_for, is_required
     from edgeport.export.program import export_program, save_program, signature_of
+    from edgeport.export.rewrites import apply_module_rewrites
     from edgeport.validate.report import write_outputs
 
+    module_rewrites = apply_module_rewrites(loaded.module)
     progress("torch.export")
     try:
         with timed(timings, "export"):
@@ -167,6 +176,7 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
     signature = signature_of(program, loaded.input_names)
     with timed(timings, "reference"):
         session = _Session.start(loaded, program, signature, opts, progress)
+    session.module_rewrites, session.decompositions = module_rewrites, the_plan.decompositions
     rows = []
     for target, variant in the_plan.rows:
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
@@ -190,6 +200,28 @@ class _Session:
     opts: ConvertOptions
     sample_origin: dict
     data: dict | None = None           # {"kind", "source", "samples"} of --data, for the report
+    module_rewrites: list = field(default_factory=list)
+    decompositions: dict = field(default_factory=dict)
+    _rewritten: dict = field(default_factory=dict)
+
+    def rewritten(self, target):
+        """The program as this target needs it (its declared passes + --decompositions), re-exported at
+        most once per set of passes. A pass that breaks the program falls back to the original one."""
+        from edgeport.export.rewrites import RewriteFailed, Rewritten, apply_rewrites
+
+        key = tuple(target.rewrites)
+        if key not in self._rewritten:
+            notes = []
+            # an untraceable custom op body is the likeliest breakage: retry without inlining, then without all
+            for names in dict.fromkeys((key, tuple(n for n in key if n != "inline_custom_ops"), ())):
+                try:
+                    result = apply_rewrites(self.program, self.example, names, self.decompositions if names else {})
+                    self._rewritten[key] = Rewritten(result.program, result.example_inputs, result.applied,
+                                                     notes + result.notes, result.reference_precision)
+                    break
+                except RewriteFailed as exc:
+                    notes.append(f"rewrite skipped: {first_line(exc)}")
+        return self._rewritten[key]
 
     @classmethod
     def start(cls, loaded, program, signature, opts: ConvertOptions, progress: Progress) -> "_Session":
@@ -239,14 +271,17 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
                     error=f"not installed ({', '.join(missing)}): {target.install_hint}")
     out_dir = staging / target.name
     out_dir.mkdir(exist_ok=True)
-    job = ConvertJob(session.program, session.example, session.signature, variant, out_dir, session.job_options())
-    row = _row(target.name, variant)
     start = time.perf_counter()
+    prepared = session.rewritten(target)
+    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
+                     session.job_options(), notes=list(prepared.notes))
+    row = {**_row(target.name, variant), "rewrites": session.module_rewrites + prepared.applied}
+    budget = _budget_after_rewrites(budget, prepared)
     try:
         with converter_output_to(out_dir / f"convert_{variant}.log"):
             converted = target.convert(job)
     except Exception as exc:
-        return {**row, "status": "failed", "error": f"conversion failed: {first_line(exc)}", "notes": job.notes}
+        return {**row, "status": "failed", "error": conversion_error(exc, prepared.program), "notes": job.notes}
     row.update(convert_seconds=round(time.perf_counter() - start, 3), artifact=str(converted.artifact.relative_to(staging)),
                size_bytes=converted.artifact.stat().st_size, sha256=sha256_of(converted.artifact), notes=job.notes,
                **converted.details)
@@ -316,7 +351,7 @@ def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> d
         runner = target.load_runner(artifact, session.opts.threads)
         outputs = [runner.run(sample) for sample in session.samples]
     except Exception as exc:
-        return {"status": "failed", "error": f"artifact does not run in its runtime: {first_line(exc)}"}
+        return {"status": "failed", "error": runtime_error(exc)}
     parity = compare(session.reference, outputs, budget, [o.name for o in session.signature.outputs])
     parity["sample_origin"] = session.sample_origin
     latency = measure(lambda: runner.run(session.samples[0]), runner.threads) if session.opts.latency else None
@@ -350,6 +385,38 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _budget_after_rewrites(budget: dict, prepared) -> dict:
+    """A bf16/fp16 model converted in fp32 is judged with its own precision's budget: the artifact is more
+    precise than the reference, and the difference is the model's rounding, not the converter's."""
+    if not prepared.reference_precision:
+        return budget
+    from edgeport.validate.parity import default_budget
+
+    loose = default_budget(prepared.reference_precision)
+    merged = dict(budget)
+    for key, value in loose.items():
+        current = merged.get(key)
+        merged[key] = value if current is None else (max(current, value) if "err" in key else min(current, value))
+    return merged
+
+
+def conversion_error(exc: BaseException, program) -> str:
+    """The converter's first line, plus what edgeport knows about ops no pass could fix (custom ops)."""
+    from edgeport.export.rewrites import describe_custom_ops
+
+    hints = describe_custom_ops(program)
+    return f"conversion failed: {first_line(exc)}" + (f" — {'; '.join(hints)}" if hints else "")
+
+
+def runtime_error(exc: BaseException) -> str:
+    """'converted but cannot run': name the ops the runtime refused (``(OP) failed to prepare``)."""
+    import re
+
+    refused = sorted(set(re.findall(r"\(([A-Z][A-Z0-9_]+)\) failed to (?:prepare|invoke)", str(exc))))
+    what = f"runtime refuses op {', '.join(refused)}: " if refused else ""
+    return f"artifact does not run in its runtime: {what}{first_line(exc)}"
 
 
 def first_line(exc: BaseException) -> str:

@@ -46,6 +46,7 @@ def convert(
     seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
     localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
+    decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS = {'ns::op': fn} for custom ops"),
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
     from edgeport.api import ConvertOptions
@@ -55,7 +56,7 @@ def convert(
                           nhwc=nhwc, threads=threads, samples=samples, seed=seed, data=data,
                           calibration_data=calibration_data, latency=not no_latency, force=force, junit=junit,
                           config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len,
-                          localize=localize, baseline=baseline)
+                          localize=localize, baseline=baseline, decompositions=decompositions)
     result = _with_progress(lambda progress: run_convert(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
@@ -99,6 +100,49 @@ def report(
     result = _with_progress(lambda _progress: render(directory, list(format), baseline, config, output))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def check(
+    model: str = typer.Argument(..., help="file.py:callable, package.module:callable, program.pt2 or hf:<dir|hub id>"),
+    target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to check (repeatable)"),
+    input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH]"),
+    hf_task: str = typer.Option("auto", "--hf-task", help="hf: head"),
+    seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
+    decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS"),
+) -> None:
+    """Before converting: which ops each target will refuse and which rewrite fixes them (exit 1 if unfixable)."""
+    from edgeport.check import check as run_check
+    from edgeport.errors import ExportFailed
+
+    def work(_progress):
+        try:
+            return run_check(model, list(target), list(input), hf_task, seq_len, decompositions)
+        except ExportFailed as exc:
+            return exc
+
+    result = _with_progress(work)
+    if isinstance(result, ExportFailed):
+        typer.echo(f"edgeport: {result}", err=True)
+        raise typer.Exit(1)
+    findings, module_rewrites = result
+    print_findings(findings, module_rewrites, list(dict.fromkeys(target)))
+    raise typer.Exit(0 if all(f.fixed for f in findings) else 1)
+
+
+def print_findings(findings, module_rewrites: list[str], targets: list[str]) -> None:
+    """One line per refused op: target, op, count, what the raw converter says, the fixing pass."""
+    if module_rewrites:
+        typer.echo(f"module rewrites (every target): {', '.join(module_rewrites)}")
+    for f in findings:
+        fix = f"fixed by {', '.join(f.fixed_by)}" if f.fixed else "NOT FIXED"
+        typer.echo(f"{f.target}: {f.op} x{f.count}: {fix} (raw: {f.why})")
+        if not f.fixed and "::" in f.op:
+            typer.echo(f"  register a decomposition: --decompositions my_decomps.py defining "
+                       f"DECOMPOSITIONS = {{'{f.op}': fn}} (fn written in traceable torch)")
+    for name in targets:
+        bad = [f.op for f in findings if f.target == name and not f.fixed]
+        typer.echo(f"{name}: " + (f"will refuse {', '.join(bad)}" if bad else "ok"))
 
 
 @app.command()

@@ -148,13 +148,103 @@ def _from_factory_result(spec: str, made, inputs: list[InputSpec]) -> LoadedMode
         return LoadedModel(spec, made, tuple(i.example() for i in inputs), input_names=tuple(i.name for i in inputs))
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
         module, example = made
-        example = example if isinstance(example, (tuple, list)) else (example,)
         if inputs:
             example = tuple(i.example() for i in inputs)
-        if not all(isinstance(x, torch.Tensor) for x in example):
-            raise UsageError(f"{spec}: example inputs must be tensors, got {[type(x).__name__ for x in example]}")
-        return LoadedModel(spec, module, tuple(example))
+        if isinstance(example, torch.Tensor):
+            example = (example,)
+        if not isinstance(example, (tuple, list, dict)):
+            raise UsageError(f"{spec}: example inputs must be a tensor, a tuple or a dict, got {type(example).__name__}")
+        return _flat_io(spec, module, example)
     raise UsageError(f"{spec} must return an nn.Module or (nn.Module, example_inputs), got {type(made).__name__}")
+
+
+def _flat_io(spec: str, module, example) -> LoadedModel:
+    """Plain tensors in and a flat tuple out stay as they are. Anything else (dict inputs, ``None`` or
+    non-tensor arguments, dict/ModelOutput results) is wrapped by :class:`FlatIO`, so every target sees
+    positional tensors in the model's own signature order and outputs in pytree order; no converter
+    or runtime ever gets to choose an order (jax.jit sorts dict keys, LiteRT sorts output names)."""
+    import torch
+
+    args, kwargs = (tuple(example), {}) if isinstance(example, (tuple, list)) else ((), dict(example))
+    plain_in = not kwargs and all(isinstance(x, torch.Tensor) for x in args)
+    if plain_in:
+        try:
+            with torch.no_grad():
+                out = module.eval()(*args)
+        except Exception:  # torch.export will report it with the user's line
+            return LoadedModel(spec, module, args)
+        if isinstance(out, torch.Tensor) or (type(out) is tuple and all(isinstance(o, torch.Tensor) for o in out)):
+            return LoadedModel(spec, module, args)
+    adapter, tensors, names = flat_io(module, args, kwargs)
+    if not tensors:
+        raise UsageError(f"{spec}: the example inputs hold no tensors")
+    return LoadedModel(spec, adapter, tensors, input_names=names)
+
+
+def flat_io(module, args: tuple, kwargs: dict):
+    """(adapter, example tensors, input names): keyword inputs sorted by the model's forward signature."""
+    import inspect
+
+    import torch
+    from torch.utils._pytree import tree_flatten_with_path, tree_unflatten
+
+    try:
+        params = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        params = []
+    position = {name: i for i, name in enumerate(params)}
+    kwargs = dict(sorted(kwargs.items(), key=lambda kv: position.get(kv[0], len(params))))
+    with_paths, spec = tree_flatten_with_path((tuple(args), kwargs))
+    leaves = [leaf for _, leaf in with_paths]
+    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    names = tuple(_leaf_name(with_paths[i][0], params) for i in slots)
+    constants = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+    adapter = _flat_io_class()(module, constants, slots, spec)
+    return adapter, tuple(leaves[i] for i in slots), _unique(names)
+
+
+def _leaf_name(path, params: list[str]) -> str:
+    keys = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+    if keys and keys[0] == "0" and len(keys) > 1 and keys[1].isdigit() and int(keys[1]) < len(params):
+        keys = [params[int(keys[1])], *keys[2:]]  # a positional argument: its parameter name
+    else:
+        keys = keys[1:]
+    return "_".join(keys) or "input"
+
+
+def _unique(names: tuple[str, ...]) -> tuple[str, ...]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name] - 1}")
+    return tuple(out)
+
+
+def _flat_io_class():
+    import torch
+
+    class FlatIO(torch.nn.Module):
+        """Positional tensors in (non-tensor arguments such as ``None`` kept as constants), the model's
+        outputs flattened by pytree (dict, ModelOutput, nested tuples) out."""
+
+        def __init__(self, model, constants, slots, spec):
+            super().__init__()
+            self.model = model
+            self.constants, self.slots, self.spec = constants, slots, spec
+
+        def forward(self, *tensors):
+            from torch.utils._pytree import tree_unflatten
+
+            from edgeport.runtimes.torch_eager import flatten_outputs
+
+            leaves = list(self.constants)
+            for slot, tensor in zip(self.slots, tensors):
+                leaves[slot] = tensor
+            args, kwargs = tree_unflatten(leaves, self.spec)
+            return tuple(flatten_outputs(self.model(*args, **kwargs)))
+
+    return FlatIO
 
 
 def _load_program(spec: str, inputs: list[InputSpec]) -> LoadedModel:

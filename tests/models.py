@@ -86,3 +86,85 @@ def bare_mlp():
     return MLP().eval()
 
 
+
+
+# ---- rewrite classes (issue 6): each trips a raw converter; edgeport's passes make them convertible ----
+
+class Troublemaker(nn.Module):
+    """Hits five LiteRT failure classes at once: ConvTranspose output_padding, sort/argsort (int64
+    indices), histc, rfft -> abs (complex), scatter_add (runtime refuses STABLEHLO_SCATTER)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(3, 2, 3, 2, 1, output_padding=1)
+
+    def forward(self, x, segment):
+        y = self.up(x).flatten(1)                                      # (1, 2*8*8)
+        ranked = torch.sort(y, dim=-1, descending=True)[0][:, :8]
+        order = torch.argsort(y[:, :16], dim=-1)
+        counts = torch.histc(y, bins=4, min=-0.5, max=0.5)
+        spectrum = torch.fft.rfft(y[:, :32]).abs()
+        pooled = torch.zeros(1, 4).scatter_add(1, segment, y[:, :10])
+        return ranked, order, counts, spectrum, pooled
+
+
+def troublemaker():
+    torch.manual_seed(0)
+    return Troublemaker().eval(), (torch.randn(1, 3, 4, 4), torch.randint(0, 4, (1, 10)))
+
+
+class HalfNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def bf16_norm():
+    torch.manual_seed(0)
+    return HalfNorm().to(torch.bfloat16).eval(), (torch.randn(2, 16).bfloat16(),)
+
+
+class DictInOut(nn.Module):
+    """Keyword inputs given out of signature order and a None argument; dict output."""
+
+    def __init__(self):
+        super().__init__()
+        self.z, self.a = nn.Linear(8, 4), nn.Linear(3, 4)
+
+    def forward(self, zeta, alpha, bias=None):
+        extra = 0 if bias is None else bias
+        return {"sum": self.z(zeta) + self.a(alpha) + extra, "diff": self.z(zeta) - self.a(alpha)}
+
+
+def dict_io():
+    torch.manual_seed(0)
+    return DictInOut().eval(), {"alpha": torch.randn(2, 3), "bias": None, "zeta": torch.randn(2, 8)}
+
+
+@torch.library.custom_op("edgeport_tests::np_square", mutates_args=())
+def np_square(x: torch.Tensor) -> torch.Tensor:
+    import numpy as np
+
+    return torch.from_numpy(np.square(x.numpy()))
+
+
+@np_square.register_fake
+def _np_square_fake(x):
+    return torch.empty_like(x)
+
+
+class OpaqueOp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return np_square(self.a(x)) + 1
+
+
+def opaque_op():
+    torch.manual_seed(0)
+    return OpaqueOp().eval(), (torch.randn(2, 6),)

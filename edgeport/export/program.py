@@ -95,3 +95,13 @@ def save_program(program, path: Path) -> None:
     import torch
 
     torch.export.save(program, path)
+
+
+def user_output_positions(program) -> list[int]:
+    """Indices of the user's outputs in the program's flat output list. A program that mutates buffers or
+    inputs in place (a KV cache decode step) also returns the new buffer values, first; a backend that
+    executes the whole graph (torchax -> jax) returns them too, and mapping its outputs by position would
+    compare the cache against the logits. Select with these indices instead."""
+    from torch.export.graph_signature import OutputKind
+
+    return [i for i, spec in enumerate(program.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]

@@ -64,6 +64,10 @@ class Target:
     convert: Callable[[ConvertJob], Converted]
     load_runner: Callable[[Path, int], Runner]
     dynamic_dims: bool = False
+    rewrites: tuple[str, ...] = ()     # names in edgeport.export.rewrites applied when their ops are present
+    # ops the raw converter/runtime is known to refuse: (op, the error it gives), read by `edgeport check`;
+    # custom ops and bf16/fp16 weights are checked for every target
+    refuses: tuple[tuple[str, str], ...] = ()
 
     @property
     def default_variant(self) -> str:

@@ -40,13 +40,20 @@ class EagerRunner:
         self.module = module  # already in eval mode: export_program() set it, or it is ExportedProgram.module()
         self.input_dtypes = list(input_dtypes)
         self.threads = threads
+        # a stateful model (a KV cache written in place) starts every sample from the same state, like the
+        # converted artifact, whose buffers are constants
+        self.initial_buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import torch
 
         torch.set_num_threads(self.threads)
-        args = [to_torch(a, d) for a, d in zip(inputs, self.input_dtypes)]
+        # copies: a model that updates its inputs in place (a KV cache) must not change the shared samples
+        args = [to_torch(a, d).clone() for a, d in zip(inputs, self.input_dtypes)]
         with torch.no_grad():
+            for name, buffer in self.module.named_buffers():
+                if name in self.initial_buffers:
+                    buffer.copy_(self.initial_buffers[name])
             return [to_numpy(t) for t in flatten_outputs(self.module(*args))]
 
     def io(self) -> dict:

@@ -131,6 +131,10 @@ def render_markdown(report: dict) -> str:
     eager = (report.get("reference") or {}).get("latency_ms")
     if eager:
         lines += ["", f"PyTorch eager: p50 {eager['p50']:.3f} ms, p90 {eager['p90']:.3f} ms ({eager['threads']} threads)"]
+    rewritten = [r for r in report["targets"] if r.get("rewrites")]
+    if rewritten:
+        lines += ["", "## Rewrites (the program was changed before conversion)"]
+        lines += [f"- **{r['target']} {r['variant']}**: {', '.join(r['rewrites'])}" for r in rewritten]
     if _samples_line(report):
         lines += ["", _samples_line(report)]
     if _messages(report):
