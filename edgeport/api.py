@@ -78,6 +78,8 @@ def plan(opts: ConvertOptions) -> Plan:
         if not any(q in t.variants for t in targets):
             known = sorted({v for t in targets for v in t.variants})
             raise UsageError(f"--quantize {q!r} is not offered by {', '.join(t.name for t in targets)}; known: {', '.join(known)}")
+    for t in targets:
+        t.validate_options(opts.target_options)
     if opts.threads < 1 or opts.samples < 1:
         raise UsageError("--threads and --samples must be at least 1")
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
@@ -186,7 +188,7 @@ class _Session:
         from edgeport.validate.data import load_data
 
         calibration = load_data(self.opts.calibration_data, self.signature) if self.opts.calibration_data else self.samples
-        return {**self.opts.target_options, "nhwc": self.opts.nhwc, "calibration": calibration,
+        return {**self.opts.target_options, "nhwc": self.opts.nhwc, "calibration": calibration, "samples": self.samples,
                 "calibration_is_real": bool(self.opts.calibration_data)}
 
     def manifest(self, rows: list[dict]) -> dict:

@@ -18,7 +18,12 @@ import numpy as np
 # The registry: target name -> module defining ``TARGET``. Order is report order.
 TARGET_MODULES = {
     "litert": "edgeport.export.litert",
+    "tpu": "edgeport.export.tpu",
 }
+
+
+def accept_any_options(options: dict) -> None:
+    """Default option check: a target that takes no options of its own ignores the others'."""
 
 
 class Runner(Protocol):
@@ -63,6 +68,9 @@ class Target:
     convert: Callable[[ConvertJob], Converted]
     load_runner: Callable[[Path, int], Runner]
     dynamic_dims: bool = False
+    # Checks the CLI's target options (ConvertOptions.target_options) at plan time, before any heavy
+    # work; raises UsageError (exit 2) on a bad value. Each target validates only its own keys.
+    validate_options: Callable[[dict], None] = accept_any_options
 
     @property
     def default_variant(self) -> str:
