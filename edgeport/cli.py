@@ -46,7 +46,7 @@ def convert(
     seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
     localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
     tpu_topology: List[str] = typer.Option([], "--tpu-topology", help="tpu: AOT-compile for GEN:AxB[xC] (repeatable; default v5e:1x1, v5e:2x2, v6e:1x1)"),
-    dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic where the target can: batch (tpu)"),
+    dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the tpu artifact keeps it, the report says where"),
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
     from edgeport.api import ConvertOptions
@@ -57,7 +57,7 @@ def convert(
                           calibration_data=calibration_data, latency=not no_latency, force=force, junit=junit,
                           config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len,
                           localize=localize,
-                          target_options={"tpu_topology": list(tpu_topology), "dynamic": list(dynamic)})
+                          target_options={"tpu_topology": list(tpu_topology)}, dynamic=list(dynamic))
     result = _with_progress(lambda progress: run_convert(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)

@@ -54,8 +54,9 @@ def test_converts_round_trips_and_compiles_for_two_generations(tmp_path, name):
     _assert_loader_round_trip(out / "tpu" / "fp32", name)
 
 
-def _assert_loader_round_trip(folder, name):
-    """The documented serving path, in a fresh process: load(dir) -> call -> same numbers as PyTorch."""
+def _assert_loader_round_trip(folder, name, batches=(1,)):
+    """The documented serving path, in a fresh process: load(dir) -> call -> same numbers as PyTorch
+    (at the example batch repeated ``batches`` times: other sizes only work when batch stayed dynamic)."""
     code = f"""
 import sys, json, numpy as np
 sys.path.insert(0, {str(REPO / 'tests')!r})
@@ -63,11 +64,16 @@ import torch, models
 from edgeport.runtimes.jax_xla import load, prefer_cpu_backend
 from edgeport.runtimes.torch_eager import flatten_outputs
 prefer_cpu_backend()
-module, args = models.{name}()
-with torch.no_grad():
-    expected = [t.numpy() for t in flatten_outputs(module(*args))]
-got = load({str(folder)!r})(*[a.numpy() for a in args])
-print(json.dumps([float(np.max(np.abs(np.asarray(g) - e))) for g, e in zip(got, expected)] + [len(got) == len(expected)]))
+module, example = models.{name}()
+model, errors, counts = load({str(folder)!r}), [], []
+for repeat in {tuple(batches)!r}:
+    args = [torch.cat([a] * repeat) for a in example]
+    with torch.no_grad():
+        expected = [t.numpy() for t in flatten_outputs(module(*args))]
+    got = model(*[a.numpy() for a in args])
+    errors += [float(np.max(np.abs(np.asarray(g) - e))) for g, e in zip(got, expected)]
+    counts.append(len(got) == len(expected) and all(np.shape(g) == e.shape for g, e in zip(got, expected)))
+print(json.dumps(errors + [all(counts)]))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -116,6 +122,23 @@ def test_bad_topology_is_usage_error(tmp_path, topology):
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("edgeport: error:")]
     assert len(lines) == 1 and "bad --tpu-topology" in lines[0] and "v5e:2x2" in lines[0] and "v4:2x2x1" in lines[0]
     assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_dynamic_batch_stays_symbolic_in_the_artifact(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:transformer", "-t", "tpu", "--dynamic", "batch", "--tpu-topology", "v5e:1x1",
+                     "--out", out, "--no-latency", "--samples", "2")
+    assert result.returncode == 0, result.stderr
+    row = read_report(out)["targets"][0]
+    assert row["dynamic_dims"] == {"x": [0]} and row["tpu_compile"][0]["ok"]
+    meta = json.loads((out / "tpu" / "fp32" / "meta.json").read_text())
+    assert isinstance(meta["inputs"][0]["shape"][0], str) and meta["inputs"][0]["shape"][1:] == [8, 32]
+    _assert_loader_round_trip(out / "tpu" / "fp32", "transformer", batches=(1, 3, 5))
+
+
+def test_unknown_dynamic_dim_is_usage_error(tmp_path):
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", "--dynamic", "seq", "--out", tmp_path / "out")
+    assert result.returncode == 2 and "--dynamic 'seq' is not supported" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_unlowerable_op_fails_tpu_only_with_op_and_source_line(tmp_path):

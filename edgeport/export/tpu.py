@@ -93,9 +93,6 @@ def topologies_of(options: dict) -> list[Topology]:
 def validate_options(options: dict) -> None:
     """Called by ``api.plan`` before any heavy work: a bad topology is bad input (exit 2)."""
     topologies_of(options)
-    unknown = [d for d in options.get("dynamic") or [] if d != "batch"]
-    if unknown:
-        raise UsageError(f"--dynamic {unknown[0]!r} is not supported; supported: batch")
 
 
 # ----------------------------------------------------------------------------------------------- lowering
@@ -108,14 +105,15 @@ class LoweringError(RuntimeError):
 class Lowered:
     fn: object                  # fn(weights: dict, *inputs) -> tuple of user outputs
     weights: dict               # name -> jax array, in the exported program's state
-    input_avals: list           # jax.ShapeDtypeStruct per user input (symbolic dims when dynamic)
+    input_avals: list           # jax.ShapeDtypeStruct per user input, symbolic dims where the program has them
+    compile_avals: list         # the same at the example shapes (a TPU executable needs concrete shapes)
     dynamic_dims: dict          # input name -> [dims kept symbolic]
 
 
-def lower_program(program, variant: str, input_names: list[str]) -> Lowered:
+def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = ()) -> Lowered:
     """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature."""
     import jax.numpy as jnp
-    import torchax  # noqa: F401  (registers the aten -> jax lowerings)
+    import torchax
     from torch.export.graph_signature import InputKind, OutputKind
     from torchax import decompositions
     from torchax.ops import mappings
@@ -133,8 +131,8 @@ def lower_program(program, variant: str, input_names: list[str]) -> Lowered:
     if compute is not None:
         weights = {k: v.astype(compute) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in weights.items()}
     interpreter_class = _node_reporting_interpreter()
-    input_avals = [_aval(node) for node, spec in zip(_placeholders(program), signature.input_specs)
-                   if spec.kind == InputKind.USER_INPUT]
+    input_avals = _input_avals(program)
+    compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
     out_dtypes = [jnp.dtype(mappings.t2j_dtype(_output_dtype(program, i))) for i in user_positions]
 
     def fn(weights: dict, *inputs):
@@ -144,19 +142,24 @@ def lower_program(program, variant: str, input_names: list[str]) -> Lowered:
                                                               enable_io_processing=False)
         return tuple(results[i].astype(out_dtypes[k]) for k, i in enumerate(user_positions))
 
-    return Lowered(fn, weights, input_avals, {})
+    dynamic = {name: [d for d, size in enumerate(a.shape) if not isinstance(size, int)]
+               for name, a in zip(input_names, input_avals)}
+    return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v})
 
 
-def _placeholders(program) -> list:
-    return [n for n in program.graph.nodes if n.op == "placeholder"]
-
-
-def _aval(node):
+def _input_avals(program) -> list:
+    """User-input avals; a torch symbolic dim becomes a jax symbolic dim (torchax maps the constraints).
+    64-bit dtypes follow jax's setting (int64 ids become int32 unless x64 is on), as the artifact will."""
     import jax
-    from torchax.ops import mappings
+    from torchax.export import extract_avals
 
-    val = node.meta["val"]
-    return jax.ShapeDtypeStruct(tuple(int(d) for d in val.shape), mappings.t2j_dtype(val.dtype))
+    return [jax.ShapeDtypeStruct(a.shape, jax.dtypes.canonicalize_dtype(a.dtype)) for a in extract_avals(program)]
+
+
+def _concrete(aval, example):
+    import jax
+
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in example.shape), aval.dtype)
 
 
 def _output_dtype(program, index: int):
@@ -185,18 +188,10 @@ def describe_node_failure(node, exc: BaseException) -> str:
     op = getattr(node.target, "name", lambda: str(node.target))() if node.op == "call_function" else node.op
     reason = (str(exc).strip().splitlines() or [""])[0][:200]
     message = f"torchax cannot lower {op} (node {node.name}): {type(exc).__name__}: {reason}"
-    location = source_location(node.meta.get("stack_trace") or "")
+    from edgeport.validate.localize import _user_source
+
+    location = _user_source(node.meta.get("stack_trace"))
     return f"{message} (at {location})" if location else message
-
-
-def source_location(stack_trace: str) -> str | None:
-    """Last frame of the user's code in an FX node's stack trace: ``file:line: code``."""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', stack_trace)
-    user = [f for f in frames if not any(p in f[0] for p in ("site-packages", "/torch/", "/lib/python3"))]
-    if not (user or frames):
-        return None
-    path, line, code = (user or frames)[-1]
-    return f"{path}:{line}: {code.strip()}"
 
 
 # ------------------------------------------------------------------------------------------------ convert
@@ -212,12 +207,15 @@ def convert(job: ConvertJob) -> Converted:
     out = job.out_dir / job.variant
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs])
+    lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs], job.example_inputs)
     precision = "highest" if job.variant == "fp32" else "default"
     with jax.default_matmul_precision(precision):
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
     lower_seconds = time.perf_counter() - start
+    if job.options.get("dynamic") and not lowered.dynamic_dims:
+        job.notes.append(f"--dynamic {', '.join(job.options['dynamic'])}: the program has no symbolic dims "
+                         "(a saved .pt2 keeps the shapes it was exported with); the artifact is static")
     (out / EXPORT_FILE).write_bytes(exported.serialize())
     save_file(lowered.weights, str(out / WEIGHTS_FILE))
     (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
@@ -325,11 +323,11 @@ def _compile(topology: Topology, lowered: Lowered):
                                         chips_per_host_bounds=shape3, num_slices=1, wrap=(gen.wrap,) * 3)
     devices = len(topo.devices)
     mesh = topologies.make_mesh(topo, (devices,), ("data",))
-    data_parallel = devices > 1 and _batch_divides(lowered.input_avals, devices)
+    data_parallel = devices > 1 and _batch_divides(lowered.compile_avals, devices)
     replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     weights = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated) for k, v in lowered.weights.items()}
     inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=batch if data_parallel else replicated)
-              for a in lowered.input_avals]
+              for a in lowered.compile_avals]
     compiled = jax.jit(lowered.fn).lower(weights, *inputs).compile()
     return compiled, "data-parallel" if data_parallel else "replicated", devices
 
