@@ -54,10 +54,12 @@ class LoadedModel:
         self.exported = jax.export.deserialize(bytearray((self.directory / EXPORT_FILE).read_bytes()))
         self.weights = load_file(str(self.directory / WEIGHTS_FILE))
         self.input_dtypes = [a.dtype for a in self.exported.in_avals[len(self.weights):]]
+        # jit once: Exported.call alone re-traces on every call (~0.3 ms of Python per call)
+        self.call = jax.jit(self.exported.call)
 
     def __call__(self, *inputs) -> list:
         args = [np.asarray(x).astype(dtype, copy=False) for x, dtype in zip(inputs, self.input_dtypes)]
-        return list(self.exported.call(self.weights, *args))
+        return list(self.call(self.weights, *args))
 
 
 def load(directory: str | Path) -> LoadedModel:
@@ -93,9 +95,9 @@ class JaxXlaRunner:
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         import jax
 
-        args = [jax.device_put(np.asarray(x).astype(d, copy=False), self.cpu) for x, d in zip(inputs, self.model.input_dtypes)]
-        with jax.default_device(self.cpu):
-            outputs = self.model.exported.call(self.weights, *args)
+        args = [np.asarray(x).astype(d, copy=False) for x, d in zip(inputs, self.model.input_dtypes)]
+        with jax.default_device(self.cpu):  # numpy inputs land on the CPU device inside the jitted call
+            outputs = self.model.call(self.weights, *args)
         return [_numpy(o) for o in outputs]
 
     def io(self) -> dict:
