@@ -114,6 +114,24 @@ print(json.dumps({{"rows": r.report["targets"], "torch_tpu_imported": "torch_tpu
     assert compiles["v5p:2x2x1"]["est_seconds"] < compiles["v5e:2x2"]["est_seconds"]
 
 
+def test_out_of_hbm_fails_only_that_topology(tmp_path):
+    """A program needing ~18 GiB of temporaries: over a v5e's 16 GiB, within a v6e's 32 GiB (compile only,
+    nothing is allocated here)."""
+    import jax
+    import jax.numpy as jnp
+
+    from edgeport.export import tpu
+    from edgeport.runtimes.jax_xla import prefer_cpu_backend
+
+    prefer_cpu_backend()
+    tpu._libtpu_compile_env()
+    aval = jax.ShapeDtypeStruct((50000,), jnp.float32)
+    lowered = tpu.Lowered(lambda w, x: (jnp.sort(x[:, None] * x[None, :], axis=0).sum(0),), {}, [aval], [aval], {})
+    small, large = (tpu.compile_for_topology(tpu.parse_topology(t), lowered, tmp_path) for t in ("v5e:1x1", "v6e:1x1"))
+    assert not small["ok"] and "HBM" in small["error"] and "peak_bytes" not in small
+    assert large["ok"] and large["fits_hbm"] and large["peak_bytes"] > tpu.GENERATIONS["v5e"].hbm_bytes
+
+
 @pytest.mark.parametrize("topology", ["v9:2x2", "v5e:2x2x1", "v5e", "v5p:2x2", "v6e:0x1", "tpu"])
 def test_bad_topology_is_usage_error(tmp_path, topology):
     out = tmp_path / "out"

@@ -197,12 +197,12 @@ def describe_node_failure(node, exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------ convert
 
 def convert(job: ConvertJob) -> Converted:
-    from edgeport.runtimes.jax_xla import EXPORT_FILE, META_FILE, WEIGHTS_FILE, prefer_cpu_backend
+    from edgeport.runtimes.jax_xla import EXPORT_FILE, prefer_cpu_backend
+    from edgeport.runtimes.torch_tpu import tpu_host_status
 
     prefer_cpu_backend()
     _libtpu_compile_env()
     import jax
-    from safetensors.flax import save_file
 
     out = job.out_dir / job.variant
     out.mkdir(parents=True, exist_ok=True)
@@ -212,23 +212,10 @@ def convert(job: ConvertJob) -> Converted:
     with jax.default_matmul_precision(precision):
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
-    lower_seconds = time.perf_counter() - start
-    if job.options.get("dynamic") and not lowered.dynamic_dims:
-        job.notes.append(f"--dynamic {', '.join(job.options['dynamic'])}: the program has no symbolic dims "
-                         "(a saved .pt2 keeps the shapes it was exported with); the artifact is static")
-    (out / EXPORT_FILE).write_bytes(exported.serialize())
-    save_file(lowered.weights, str(out / WEIGHTS_FILE))
-    (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
-    with jax.default_matmul_precision(precision):
+        lower_seconds = time.perf_counter() - start
         compiles = [compile_for_topology(t, lowered, out) for t in topologies_of(job.options)]
-    executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
-    (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
-    for failed in (c for c in compiles if not c["ok"]):
-        job.notes.append(f"TPU compile for {failed['topology']} failed: {failed['error']}")
-    job.notes.append("tpu_compile: memory and FLOPs come from libtpu's compiler; est_seconds is a roofline "
-                     "estimate from published chip figures, not a measurement")
-    from edgeport.runtimes.torch_tpu import tpu_host_status
-
+    _write_artifact(out, job, exported, lowered, precision, compiles)
+    _add_notes(job, lowered, compiles)
     host = tpu_host_status()
     details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
                "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
@@ -236,6 +223,28 @@ def convert(job: ConvertJob) -> Converted:
     if host["tpu_present"]:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
     return Converted(out / EXPORT_FILE, details)
+
+
+def _write_artifact(out: Path, job: ConvertJob, exported, lowered: Lowered, precision: str, compiles: list[dict]) -> None:
+    from safetensors.flax import save_file
+
+    from edgeport.runtimes.jax_xla import EXPORT_FILE, META_FILE, WEIGHTS_FILE
+
+    (out / EXPORT_FILE).write_bytes(exported.serialize())
+    save_file(lowered.weights, str(out / WEIGHTS_FILE))
+    (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
+    executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
+    (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
+
+
+def _add_notes(job: ConvertJob, lowered: Lowered, compiles: list[dict]) -> None:
+    if job.options.get("dynamic") and not lowered.dynamic_dims:
+        job.notes.append(f"--dynamic {', '.join(job.options['dynamic'])}: the program has no symbolic dims "
+                         "(a saved .pt2 keeps the shapes it was exported with); the artifact is static")
+    for failed in (c for c in compiles if not c["ok"]):
+        job.notes.append(f"TPU compile for {failed['topology']} failed: {failed['error']}")
+    job.notes.append("tpu_compile: memory and FLOPs come from libtpu's compiler; est_seconds is a roofline "
+                     "estimate from published chip figures, not a measurement")
 
 
 def measure_on_tpu_host(job: ConvertJob, out: Path) -> list[dict]:
@@ -355,7 +364,8 @@ def _analysis(compiled, topology: Topology, devices: int) -> dict:
         "output_bytes": int(output), "temp_bytes": int(temp), "hbm_bytes_per_device": hbm, "fits_hbm": peak <= hbm,
         "flops": flops, "bytes_accessed": accessed,
         "est_seconds": max(flops / peak_flops, accessed / bandwidth),
-        "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes accessed / HBM bandwidth)",
+        "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes accessed / HBM bandwidth); "
+                      "excludes host dispatch and launch overhead",
         "compiler_est_seconds": cost.get("optimal_seconds"),
     }
 
