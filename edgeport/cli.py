@@ -109,6 +109,14 @@ def print_summary(report: dict, out: Path) -> None:
         table.add_row(*row, style=style)
     console = Console()
     console.print(table)
+    from edgeport.validate.report import COMPILE_HEADERS, COMPILE_TITLE, compile_rows
+
+    compiles = compile_rows(report)
+    if compiles:
+        compile_table = Table(*COMPILE_HEADERS, title=COMPILE_TITLE)
+        for row in compiles:
+            compile_table.add_row(*row)
+        console.print(compile_table)
     for r in report["targets"]:
         if r.get("error"):
             console.print(f"[red]{r['target']} {r['variant']}[/red]: {r['error']}")

@@ -51,6 +51,9 @@ def test_converts_round_trips_and_compiles_for_two_generations(tmp_path, name):
         assert set(meta["executables"]) == {"v5e:1x1", "v6e:2x2"}
         assert all((folder / p).stat().st_size > 1000 for p in meta["executables"].values())
     assert compiles["v5e:1x1"]["est_seconds"] != compiles["v6e:2x2"]["est_seconds"] or name == "two_io"
+    markdown = (out / "report.md").read_text()
+    assert "latencies are ESTIMATES" in markdown and "| tpu | bf16 | v6e:2x2 | yes |" in markdown
+    assert "id='tpu_compile'" in (out / "report.html").read_text()
     _assert_loader_round_trip(out / "tpu" / "fp32", name)
 
 

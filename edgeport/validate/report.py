@@ -76,6 +76,25 @@ def summary_rows(report: dict) -> list[list[str]]:
 HEADERS = ["target", "variant", "status", "size", "max abs err", "max rel err", "cosine min", "p50 ms", "p90 ms", "vs eager"]
 
 
+COMPILE_HEADERS = ["target", "variant", "topology", "compiled", "sharding", "peak MiB/device", "fits HBM", "GFLOP/device",
+                   "est. µs (roofline)", "est. µs (compiler)"]
+COMPILE_TITLE = "TPU ahead-of-time compiles (memory and FLOPs from the compiler; latencies are ESTIMATES, not measured)"
+
+
+def compile_rows(report: dict) -> list[list[str]]:
+    """One row per (target, variant, topology) of ``tpu_compile``: what every rendering shows for it."""
+    rows = []
+    for r in report["targets"]:
+        for c in r.get("tpu_compile") or []:
+            us = lambda v: _fmt(v * 1e6 if isinstance(v, (int, float)) else None, ".3g")  # noqa: E731
+            rows.append([r["target"], r["variant"], c["topology"], "yes" if c["ok"] else f"no: {c.get('error') or ''}"[:120],
+                         c.get("sharding") or "–", _fmt(c["peak_bytes"] / 2**20 if c.get("peak_bytes") else None, ".2f"),
+                         {True: "yes", False: "NO"}.get(c.get("fits_hbm"), "–"),
+                         _fmt(c["flops"] / 1e9 if c.get("flops") is not None else None, ".3g"),
+                         us(c.get("est_seconds")), us(c.get("compiler_est_seconds"))])
+    return rows
+
+
 def render_markdown(report: dict) -> str:
     lines = [f"# edgeport report — `{report['model']['spec']}`", "",
              f"**{'PASSED' if report['passed'] else 'FAILED'}** · edgeport {report['edgeport_version']}"
@@ -85,6 +104,10 @@ def render_markdown(report: dict) -> str:
     eager = (report.get("reference") or {}).get("latency_ms")
     if eager:
         lines += ["", f"PyTorch eager: p50 {eager['p50']:.3f} ms, p90 {eager['p90']:.3f} ms ({eager['threads']} threads)"]
+    compiles = compile_rows(report)
+    if compiles:
+        lines += ["", f"## {COMPILE_TITLE}", "", "| " + " | ".join(COMPILE_HEADERS) + " |", "|" + "---|" * len(COMPILE_HEADERS)]
+        lines += ["| " + " | ".join(row) + " |" for row in compiles]
     problems = [r for r in report["targets"] if r.get("error") or r.get("notes")]
     if problems:
         lines += ["", "## Notes"]
@@ -101,6 +124,12 @@ def render_html(report: dict) -> str:
     errors = "".join(f"<li><b>{html.escape(r['target'])} {html.escape(r['variant'])}</b>: {html.escape(r['error'])}</li>"
                      for r in report["targets"] if r.get("error"))
     verdict = "PASSED" if report["passed"] else "FAILED"
+    compiles = compile_rows(report)
+    compile_table = "" if not compiles else (
+        f"<h2>{html.escape(COMPILE_TITLE)}</h2><table id='tpu_compile'><thead><tr>"
+        + "".join(f"<th>{html.escape(h)}</th>" for h in COMPILE_HEADERS) + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in compiles)
+        + "</tbody></table>")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>edgeport report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
@@ -108,6 +137,7 @@ tr.failed{{background:#fdd}}tr.skipped{{background:#eee}}tr.ok{{background:#efe}
 <body><h1>edgeport report — {html.escape(report['model']['spec'])}</h1>
 <p><b>{verdict}</b> · edgeport {html.escape(report['edgeport_version'])}</p>
 <table id="summary"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+{compile_table}
 <ul id="errors">{errors}</ul></body></html>
 """
 
