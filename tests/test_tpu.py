@@ -124,10 +124,10 @@ def test_out_of_hbm_fails_only_that_topology(tmp_path):
     import jax.numpy as jnp
 
     from edgeport.export import tpu
-    from edgeport.runtimes.jax_xla import prefer_cpu_backend
+    from edgeport.runtimes.jax_xla import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
-    tpu._libtpu_compile_env()
+    libtpu_compile_env()
     aval = jax.ShapeDtypeStruct((50000,), jnp.float32)
     lowered = tpu.Lowered(lambda w, x: (jnp.sort(x[:, None] * x[None, :], axis=0).sum(0),), {}, [aval], [aval], {})
     small, large = (tpu.compile_for_topology(tpu.parse_topology(t), lowered, tmp_path) for t in ("v5e:1x1", "v6e:1x1"))
@@ -267,6 +267,21 @@ def test_convert_on_a_fake_tpu_host_reports_measured_runs(tmp_path, monkeypatch)
     measured = {m["engine"]: m for m in row["tpu_measured"]}
     assert set(measured) == {"jax", "torch_tpu"}
     assert all(m["ok"] and m["parity"]["passed"] and m["latency_ms"]["p50"] > 0 for m in measured.values())
+
+
+def test_worker_env_drops_compile_only_settings(monkeypatch):
+    """edgeport's process sets libtpu up for compile-only use; a worker that owns real chips must not inherit it."""
+    from edgeport.runtimes import jax_xla
+    from edgeport.runtimes.torch_tpu import worker_env
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("ALLOW_MULTIPLE_LIBTPU_LOAD", "TPU_WORKER_HOSTNAMES")}
+    monkeypatch.setattr(os, "environ", environ)
+    monkeypatch.setattr(jax_xla, "ENV_SET_HERE", set())
+    jax_xla.libtpu_compile_env()
+    assert environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
+    env = worker_env()
+    assert "ALLOW_MULTIPLE_LIBTPU_LOAD" not in env and "TPU_WORKER_HOSTNAMES" not in env
+    assert env["TPU_SKIP_MDS_QUERY"] == "1" and env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
 
 
 def test_no_tpu_here_detection():

@@ -197,11 +197,11 @@ def describe_node_failure(node, exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------ convert
 
 def convert(job: ConvertJob) -> Converted:
-    from edgeport.runtimes.jax_xla import EXPORT_FILE, prefer_cpu_backend
+    from edgeport.runtimes.jax_xla import EXPORT_FILE, libtpu_compile_env, prefer_cpu_backend
     from edgeport.runtimes.torch_tpu import tpu_host_status
 
     prefer_cpu_backend()
-    _libtpu_compile_env()
+    libtpu_compile_env()
     import jax
 
     out = job.out_dir / job.variant
@@ -268,17 +268,6 @@ def measure_on_tpu_host(job: ConvertJob, out: Path) -> list[dict]:
             job.notes.append(f"TPU host run ({engine}) failed: {result['error']}")
         measured.append({k: v for k, v in result.items() if k != "outputs"})
     return measured
-
-
-def _libtpu_compile_env() -> None:
-    """libtpu as a compile-only library: no metadata-server query (it can hang off-cloud), a local worker
-    name (else it logs an error per process), and no exclusive lock (the lock is for owning real chips;
-    compile-only processes in parallel, e.g. CI workers, would otherwise refuse each other)."""
-    import os
-
-    for key, value in (("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES", "localhost"),
-                       ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
-        os.environ.setdefault(key, value)
 
 
 def _weight_avals(weights: dict) -> dict:
