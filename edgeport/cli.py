@@ -29,7 +29,7 @@ def convert(
     model: str = typer.Argument(..., help="file.py:callable, package.module:callable, program.pt2 or hf:<dir|hub id>"),
     target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to convert for (repeatable)"),
     out: Path = typer.Option(Path("dist"), "--out", "-o", help="output directory"),
-    quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant: fp16, dynamic-int8, weight-int8, int8 (repeatable)"),
+    quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant: fp16, dynamic-int8, weight-int8, int8 (litert), bf16 (tpu) (repeatable)"),
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. x:1x3x224x224:float32"),
     nhwc: bool = typer.Option(False, "--nhwc", help="channel-last (NHWC) image inputs in the LiteRT artifact"),
     threads: int = typer.Option(1, "--threads", help="threads for every runtime and for the PyTorch reference"),
@@ -45,7 +45,7 @@ def convert(
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head: auto (config's architecture), base, text-classification, causal-lm, ..."),
     seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
     localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
-    tpu_topology: List[str] = typer.Option([], "--tpu-topology", help="tpu: AOT-compile for GEN:AxB[xC] (repeatable; default v5e:1x1, v5e:2x2, v6e:1x1)"),
+    tpu_topology: List[str] = typer.Option([], "--tpu-topology", help="tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default v5e:1x1, v5e:2x2, v6e:1x1)"),
     dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the tpu artifact keeps it, the report says where"),
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
