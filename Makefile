@@ -11,7 +11,9 @@ demo:
 	$(PY) -m edgeport convert samples/models/tiny_cnn.py:build --target litert --quantize fp16 --quantize int8 --out dist/demo --force
 
 test:
+	bash scripts/web-deps.sh
 	$(PY) -m pytest -q tests
 
 bench:
 	$(PY) bench/litert_overhead.py
+	$(PY) bench/onnx_vs_eager.py

@@ -44,6 +44,7 @@ class ConvertOptions:
     target_options: dict = field(default_factory=dict)
     dynamic: list[str] = field(default_factory=list)   # dims the one export keeps symbolic ("batch")
     localize: bool = True
+    baseline: Path | None = None
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Plan:
     rows: list[tuple[object, str]]     # (Target, variant)
     config: dict
     budget_flags: list
+    baseline: dict | None = None       # an earlier report.json, already checked readable
 
 
 Progress = Callable[[str], None]
@@ -90,7 +92,29 @@ def plan(opts: ConvertOptions) -> Plan:
         raise UsageError("--threads and --samples must be at least 1")
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
     check_output_dir(opts.out, opts.force)
-    return Plan(rows, load_config(opts.config), parse_budget_flags(opts.budgets))
+    config = load_config(opts.config)
+    return Plan(rows, config, parse_budget_flags(opts.budgets), _read_baseline(opts.baseline, config))
+
+
+def _read_baseline(path: Path | None, config: dict) -> dict | None:
+    """Read and check the baseline (and its thresholds) before any heavy work: a bad one is exit 2."""
+    from edgeport.config import baseline_thresholds
+    from edgeport.validate.baseline import load_baseline
+
+    if path is None:
+        return None
+    return {"report": load_baseline(path), "thresholds": baseline_thresholds(config), "source": str(path)}
+
+
+def finish_report(report: dict, baseline: dict | None) -> dict:
+    """Apply the baseline (if any) and set the verdict: the one place ``passed`` is decided."""
+    from edgeport.validate.baseline import apply_baseline
+    from edgeport.validate.report import verdict
+
+    if baseline is not None:
+        apply_baseline(report, baseline["report"], baseline["thresholds"], baseline["source"])
+    report["passed"] = verdict(report)
+    return report
 
 
 def check_output_dir(out: Path, force: bool) -> None:
@@ -134,6 +158,7 @@ def publish(staging: Path, out: Path) -> None:
 
 
 def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, progress: Progress, timings: dict) -> dict:
+    from edgeport.config import budget_for, is_required
     from edgeport.export.program import export_program, save_program, signature_of
     from edgeport.validate.report import write_outputs
 
@@ -143,20 +168,21 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
             program = loaded.program or _export(loaded, opts.dynamic)
             save_program(program, staging / "exported.pt2")
     except ExportFailed as exc:
-        rows = [_row(t.name, v, status="failed", error=str(exc)) for t, v in the_plan.rows]
-        return write_outputs(staging, build_report(opts.model, None, rows, None, timings), None, opts.junit)
+        rows = [{**_row(t.name, v, status="failed", error=str(exc)), "required": is_required(t.name, v, the_plan.config)}
+                for t, v in the_plan.rows]
+        report = finish_report(build_report(opts.model, None, rows, None, timings=timings), the_plan.baseline)
+        return write_outputs(staging, report, None, opts.junit)
     signature = signature_of(program, loaded.input_names)
     with timed(timings, "reference"):
         session = _Session.start(loaded, program, signature, opts, progress)
     rows = []
     for target, variant in the_plan.rows:
-        from edgeport.config import budget_for
-
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
         progress(f"{target.name} {variant}")
-        rows.append(run_row(target, variant, session, staging, budget))
-    report = build_report(opts.model, _param_count(program), rows, session.reference_latency, timings)
-    return write_outputs(staging, report, session.manifest(rows), opts.junit)
+        rows.append({**run_row(target, variant, session, staging, budget),
+                     "required": is_required(target.name, variant, the_plan.config)})
+    report = build_report(opts.model, _param_count(program), rows, session.reference_latency, session.data, timings)
+    return write_outputs(staging, finish_report(report, the_plan.baseline), session.manifest(rows), opts.junit)
 
 
 def _export(loaded, dynamic: list[str]):
@@ -182,24 +208,26 @@ class _Session:
     reference_latency: dict | None
     opts: ConvertOptions
     sample_origin: dict
+    data: dict | None = None           # {"kind", "source", "samples"} of --data, for the report
 
     @classmethod
     def start(cls, loaded, program, signature, opts: ConvertOptions, progress: Progress) -> "_Session":
         from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs
-        from edgeport.validate.data import load_data, make_samples
+        from edgeport.validate.data import load_data_with_kind, make_samples
         from edgeport.validate.latency import measure
 
         example = flatten_inputs(loaded.example_inputs)
         arrays = [_numpy(x) for x in example]
         samples = make_samples(arrays, opts.samples, opts.seed)
-        real = load_data(opts.data, signature) if opts.data else []
+        real, kind = load_data_with_kind(opts.data, signature) if opts.data else ([], None)
         reference_model = loaded.module if loaded.module is not None else program.module()
         eager = EagerRunner(reference_model, [i.dtype for i in signature.inputs], opts.threads)
         progress("PyTorch reference")
         reference = [eager.run(s) for s in real + samples]
         latency = measure(lambda: eager.run(samples[0]), opts.threads) if opts.latency else None
         origin = {"real": len(real), "random": len(samples) - 1, "example": 1}
-        return cls(program, example, signature, real + samples, reference, latency, opts, origin)
+        data = {"kind": kind, "source": opts.data, "samples": len(real)} if opts.data else None
+        return cls(program, example, signature, real + samples, reference, latency, opts, origin, data)
 
     def job_options(self) -> dict:
         from edgeport.validate.data import load_data
@@ -240,12 +268,16 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
     except Exception as exc:
         return {**row, "status": "failed", "error": f"conversion failed: {first_line(exc)}", "notes": job.notes}
     row.update(convert_seconds=round(time.perf_counter() - start, 3), artifact=str(converted.artifact.relative_to(staging)),
-               size_bytes=converted.artifact.stat().st_size, notes=job.notes, **converted.details)
+               size_bytes=converted.artifact.stat().st_size, sha256=sha256_of(converted.artifact), notes=job.notes,
+               **converted.details)
     start = time.perf_counter()
     verdict = judge_artifact(target, converted.artifact, session, budget)
     if verdict.get("parity") and not verdict["parity"]["passed"] and session.opts.localize:
         verdict = {**verdict, **localize(target, job, session, budget, verdict["parity"])}
-    return {**row, **verdict, "check_seconds": round(time.perf_counter() - start, 3)}
+    row.update(verdict, check_seconds=round(time.perf_counter() - start, 3))
+    if row.get("io"):
+        row["parity_sample"] = parity_sample_for(out_dir, row, session, staging)
+    return row
 
 
 @contextlib.contextmanager
@@ -278,6 +310,20 @@ def converter_output_to(log_path: Path):
             os.close(saved[1])
     if log_path.stat().st_size == 0:
         log_path.unlink()
+
+
+def parity_sample_for(target_dir: Path, row: dict, session: _Session, staging: Path) -> str | None:
+    """The target's parity sample (written by its first artifact that ran), if this artifact can take it."""
+    from edgeport.validate.sample import DIRNAME, fits, write_parity_sample
+
+    index = target_dir / DIRNAME / "index.json"
+    try:
+        if not index.exists():
+            write_parity_sample(target_dir, row["io"], row["variant"], session.samples[0], session.reference[0])
+        return str(index.relative_to(staging)) if fits(index, row["io"]) else None
+    except Exception as exc:  # a runtime whose io() numpy cannot read: the artifact is still good
+        row.setdefault("notes", []).append(f"parity sample not written: {first_line(exc)}")
+        return None
 
 
 def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> dict:
@@ -315,6 +361,17 @@ def localize(target, job, session: _Session, budget: dict, parity: dict) -> dict
     return {"diverged_at": where, "error": f"parity: {parity['message']}; first diverging layer: {at}"}
 
 
+def sha256_of(path: Path) -> str:
+    """Recorded at conversion so ``validate`` can tell the artifact it judges is the one that was converted."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -331,13 +388,135 @@ def _param_count(program) -> int:
 
 
 def build_report(spec: str, params: int | None, rows: list[dict], reference_latency: dict | None,
-                 timings: dict | None = None) -> dict:
-    return {
+                 data: dict | None = None, timings: dict | None = None) -> dict:
+    from edgeport.validate.report import verdict
+
+    report = {
         "schema": "edgeport.report/1",
         "edgeport_version": __version__,
         "model": {"spec": spec, "params": params, "flops": None},
-        "passed": bool(rows) and all(r["status"] == "ok" for r in rows),
+        "passed": False,
         "targets": rows,
         "reference": {"latency_ms": reference_latency} if reference_latency else {},
         "timings_s": timings or {},
+        "data": data,
     }
+    report["passed"] = verdict(report)
+    return report
+
+
+REPORT_FORMATS = {"md": "report.md", "html": "report.html", "junit": "junit.xml"}
+
+
+def read_report_dir(directory: Path) -> dict:
+    """report.json of an edgeport output directory; anything else is bad input (exit 2)."""
+    from edgeport.validate.baseline import load_baseline
+
+    if not Path(directory).is_dir():
+        raise UsageError(f"not a directory: {directory}")
+    if not (Path(directory) / "report.json").is_file():
+        raise UsageError(f"{directory} has no report.json (is it an edgeport --out directory?)")
+    try:
+        return load_baseline(Path(directory) / "report.json")
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--baseline ", "")) from exc
+
+
+def render(directory: Path, formats: list[str], baseline: Path | None = None, config: Path | None = None,
+           output: Path | None = None) -> ConvertResult:
+    """``edgeport report``: re-render report.md/html/junit.xml from report.json; with a baseline, mark
+    regressions and update report.json. The exit code is the report's verdict (0 passed, 1 not)."""
+    from edgeport.config import load_config
+    from edgeport.validate.report import render_html, render_junit, render_markdown, write_json
+
+    unknown = [f for f in formats if f not in REPORT_FORMATS]
+    if unknown:
+        raise UsageError(f"unknown --format {unknown[0]!r}; known: {', '.join(REPORT_FORMATS)}")
+    if output is not None and len(formats) != 1:
+        raise UsageError("--output needs exactly one --format")
+    directory = Path(directory)
+    report = read_report_dir(directory)
+    base = _read_baseline(baseline, load_config(config))
+    if base is not None:
+        report.pop("baseline", None)
+        finish_report(report, base)
+        write_json(directory / "report.json", report)
+    renderers = {"md": render_markdown, "html": render_html, "junit": render_junit}
+    for fmt in formats:
+        (output or directory / REPORT_FORMATS[fmt]).write_text(renderers[fmt](report))
+    return ConvertResult(report, directory, 0 if report["passed"] else 1)
+
+
+def validate(opts: ConvertOptions, progress: Progress | None = None) -> ConvertResult:
+    """``edgeport validate DIR``: judge the artifacts already in DIR again — parity against
+    ``exported.pt2``'s ``module()`` and latency, with today's samples/data/budgets/threads — without
+    converting. A missing, corrupt or changed artifact fails its row with a message saying which."""
+    from edgeport.config import is_required, load_config, parse_budget_flags
+    from edgeport.export.program import signature_of
+    from edgeport.model_source import load_model
+
+    progress = progress or (lambda _msg: None)
+    directory = Path(opts.out)
+    report = read_report_dir(directory)
+    program_path = directory / "exported.pt2"
+    if not program_path.is_file():
+        raise UsageError(f"{directory} has no exported.pt2: nothing to compare the artifacts against")
+    config, flags = load_config(opts.config), parse_budget_flags(opts.budgets)
+    base = _read_baseline(opts.baseline, config)
+    if opts.threads < 1 or opts.samples < 1:
+        raise UsageError("--threads and --samples must be at least 1")
+    progress("loading exported.pt2")
+    loaded = load_model(str(program_path))
+    names = _manifest_input_names(directory)
+    program = loaded.program
+    signature = signature_of(program, names)
+    session = _Session.start(loaded, program, signature, opts, progress)
+    rows = []
+    for row in report["targets"]:
+        progress(f"{row['target']} {row['variant']}")
+        rows.append({**_revalidate_row(row, directory, session, config, flags),
+                     "required": is_required(row["target"], row["variant"], config)})
+    new = build_report(report["model"]["spec"], _param_count(program), rows, session.reference_latency, session.data)
+    new["validated"] = {"edgeport_version": __version__, "threads": opts.threads, "samples": len(session.samples),
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    from edgeport.validate.report import write_outputs
+
+    report = write_outputs(directory, finish_report(new, base), None, opts.junit)
+    return ConvertResult(report, directory, 0 if report["passed"] else 1)
+
+
+def _manifest_input_names(directory: Path) -> tuple[str, ...] | None:
+    import json
+
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+        return tuple(i["name"] for i in manifest["inputs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # the program's own placeholder names then
+
+
+def _revalidate_row(row: dict, directory: Path, session: _Session, config: dict, flags: list) -> dict:
+    from edgeport.config import budget_for
+    from edgeport.export.registry import get_target, target_names
+
+    row = {k: v for k, v in row.items() if k != "regressions"}
+    if not row.get("artifact"):
+        return row  # never converted (failed or skipped): nothing to judge again, keep what the report said
+    if row["target"] not in target_names():
+        return {**row, "status": "failed", "error": f"unknown target {row['target']!r} in this edgeport"}
+    target = get_target(row["target"])
+    missing = target.missing_requirements()
+    if missing:
+        return {**row, "status": "skipped", "error": f"not installed ({', '.join(missing)}): {target.install_hint}"}
+    path = directory / row["artifact"]
+    if not path.is_file():
+        return {**row, "status": "failed", "error": f"artifact missing: {row['artifact']}", "parity": None, "latency_ms": None}
+    budget = budget_for(row["target"], row["variant"], config, flags)
+    judged = {**row, "size_bytes": path.stat().st_size, **judge_artifact(target, path, session, budget)}
+    digest = sha256_of(path)
+    if row.get("sha256") and digest != row["sha256"]:
+        changed = f"sha256 {digest[:12]}… != recorded {row['sha256'][:12]}…"
+        error = judged.get("error") or ""
+        judged.update(status="failed", error=f"{error} (file changed since conversion: {changed})" if error.startswith("artifact")
+                      else f"artifact changed since conversion: {changed} ({error or 'parity still within budget'})")
+    return judged

@@ -35,8 +35,8 @@ def convert(
     threads: int = typer.Option(1, "--threads", help="threads for every runtime and for the PyTorch reference"),
     samples: int = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones"),
     seed: int = typer.Option(0, "--seed", help="seed of the random parity samples"),
-    data: Optional[str] = typer.Option(None, "--data", help="real inputs: file.npz or a directory of .npz/.npy"),
-    calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="int8 calibration inputs (.npz or dir)"),
+    data: Optional[str] = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs"),
+    calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="int8 calibration inputs (same forms as --data)"),
     no_latency: bool = typer.Option(False, "--no-latency", help="skip latency measurement"),
     force: bool = typer.Option(False, "--force", help="replace a non-empty --out"),
     junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in --out)"),
@@ -45,6 +45,7 @@ def convert(
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head: auto (config's architecture), base, text-classification, causal-lm, ..."),
     seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
     localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
     tpu_topology: List[str] = typer.Option([], "--tpu-topology", help="tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default v5e:1x1, v5e:2x2, v6e:1x1)"),
     dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the tpu artifact keeps it, the report says where"),
 ) -> None:
@@ -56,9 +57,49 @@ def convert(
                           nhwc=nhwc, threads=threads, samples=samples, seed=seed, data=data,
                           calibration_data=calibration_data, latency=not no_latency, force=force, junit=junit,
                           config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len,
-                          localize=localize,
+                          localize=localize, baseline=baseline,
                           target_options={"tpu_topology": list(tpu_topology)}, dynamic=list(dynamic))
     result = _with_progress(lambda progress: run_convert(opts, progress))
+    print_summary(result.report, result.out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def validate(
+    directory: Path = typer.Argument(..., help="an edgeport --out directory (report.json, manifest.json, exported.pt2)"),
+    threads: int = typer.Option(1, "--threads", help="threads for every runtime and for the PyTorch reference"),
+    samples: int = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random parity samples"),
+    data: Optional[str] = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs"),
+    no_latency: bool = typer.Option(False, "--no-latency", help="skip latency measurement"),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in DIR)"),
+    config: Optional[Path] = typer.Option(None, "--config", help="edgeport.toml (default: ./edgeport.toml or [tool.edgeport] in ./pyproject.toml)"),
+    budget: List[str] = typer.Option([], "--budget", help="parity budget override [TARGET.][VARIANT.]KEY=VALUE"),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
+) -> None:
+    """Re-run parity and latency on the artifacts in DIR (no conversion) and update its report."""
+    from edgeport.api import ConvertOptions
+    from edgeport.api import validate as run_validate
+
+    opts = ConvertOptions(model=str(directory), out=directory, threads=threads, samples=samples, seed=seed, data=data,
+                          latency=not no_latency, junit=junit, config=config, budgets=list(budget), baseline=baseline)
+    result = _with_progress(lambda progress: run_validate(opts, progress))
+    print_summary(result.report, result.out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def report(
+    directory: Path = typer.Argument(..., help="an edgeport --out directory holding report.json"),
+    format: List[str] = typer.Option(["md", "html"], "--format", "-f", help="md, html or junit (repeatable)"),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
+    config: Optional[Path] = typer.Option(None, "--config", help="edgeport.toml with [baseline] thresholds"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the one --format here instead of DIR"),
+) -> None:
+    """Render report.json again (report.md / report.html / junit.xml); exit code = the report's verdict."""
+    from edgeport.api import render
+
+    result = _with_progress(lambda _progress: render(directory, list(format), baseline, config, output))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
 
@@ -77,6 +118,47 @@ def targets() -> None:
         missing = t.missing_requirements()
         table.add_row(name, ", ".join(t.variants), "yes" if not missing else f"no — {t.install_hint}", t.description)
     Console().print(table)
+
+
+@app.command("serve-web")
+def serve_web(
+    out: Path = typer.Argument(..., help="an edgeport convert --out directory"),
+    port: int = typer.Option(8000, "--port", help="port on 127.0.0.1 (0 = any free port)"),
+    variant: Optional[str] = typer.Option(None, "--variant", help="LiteRT variant the page runs (default fp32)"),
+) -> None:
+    """Serve the LiteRT.js web sample (samples/web) for OUT on localhost and print its URL."""
+    from edgeport.web import make_server, page_url
+
+    try:
+        server = make_server(out, port=port)
+    except (UsageError, OSError) as exc:
+        fail_usage(str(exc))
+    typer.echo(f"serving {out} — open {page_url(server, variant)} (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command()
+def bundle(
+    out: Path = typer.Argument(..., help="an edgeport convert --out directory"),
+    android: Optional[Path] = typer.Option(None, "--android", help="Android sample app directory (samples/android)"),
+    ios: Optional[Path] = typer.Option(None, "--ios", help="iOS sample app directory (samples/ios)"),
+) -> None:
+    """Copy manifest.json, the models and the parity sample from OUT into a sample app's assets."""
+    from edgeport.bundle import bundle as copy_bundle
+
+    apps = {name: app for name, app in (("android", android), ("ios", ios)) if app is not None}
+    if not apps:
+        fail_usage("give --android DIR and/or --ios DIR")
+    try:
+        for platform, app_dir in apps.items():
+            typer.echo(f"{platform}: {copy_bundle(out, app_dir, platform)}")
+    except UsageError as exc:
+        fail_usage(str(exc))
 
 
 def _with_progress(work):
@@ -105,7 +187,7 @@ def print_summary(report: dict, out: Path) -> None:
 
     table = Table(*HEADERS, title=f"edgeport — {report['model']['spec']}")
     for row in summary_rows(report):
-        style = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(row[2])
+        style = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(row[2].split()[0])
         table.add_row(*row, style=style)
     console = Console()
     console.print(table)

@@ -27,10 +27,46 @@ def validate_report(report: dict) -> None:
     jsonschema.validate(report, json.loads(schema_path.read_text()))
 
 
+MANIFEST_SCHEMA = REPO / "samples" / "manifest.schema.json"
+
+
 def read_report(out: Path) -> dict:
+    """report.json, schema-checked; so is manifest.json (and its parity samples) wherever one was written."""
     report = json.loads((out / "report.json").read_text())
     validate_report(report)
+    if (out / "manifest.json").exists():
+        read_manifest(out)
     return report
+
+
+def read_manifest(out: Path) -> dict:
+    """manifest.json validated against samples/manifest.schema.json, with every parity sample index it names."""
+    import jsonschema
+
+    schema = json.loads(MANIFEST_SCHEMA.read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
+    jsonschema.validate(manifest, schema)
+    index_schema = {"$ref": "#/$defs/paritySampleIndex", "$defs": schema["$defs"]}
+    for path in {a["parity_sample"] for a in manifest["artifacts"] if a.get("parity_sample")}:
+        index = json.loads((out / path).read_text())
+        jsonschema.validate(index, index_schema)
+        for entry in index["inputs"] + index["outputs"]:
+            size = (out / path).parent.joinpath(entry["file"]).stat().st_size
+            assert size == _numel(entry["shape"]) * _itemsize(entry["dtype"]), entry
+    return manifest
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+
+    return np.dtype(dtype).itemsize
 
 
 def write_model_file(tmp_path: Path, body: str, name: str = "model.py") -> Path:

@@ -36,17 +36,19 @@ def test_fp32_converts_with_parity(tmp_path, name, inputs, outputs):
     assert "| litert | fp32 | ok |" in (out / "report.md").read_text()
 
 
-def test_quantized_variants_within_budgets(tmp_path):
+@pytest.mark.parametrize("name", ["cnn", "transformer", "two_io"])
+def test_quantized_variants_within_budgets(tmp_path, name):
     out = tmp_path / "out"
     args = ["-q", "fp16", "-q", "dynamic-int8", "-q", "weight-int8", "-q", "int8"]
-    result = run_cli("convert", f"{MODELS}:cnn", "-t", "litert", *args, "--out", out, "--no-latency")
+    result = run_cli("convert", f"{MODELS}:{name}", "-t", "litert", *args, "--out", out, "--no-latency")
     assert result.returncode == 0, result.stdout + result.stderr
     report = read_report(out)
     rows = {r["variant"]: r for r in report["targets"]}
     assert set(rows) == {"fp32", "fp16", "dynamic-int8", "weight-int8", "int8"}
     assert all(r["status"] == "ok" for r in rows.values()), [r["error"] for r in rows.values()]
-    assert rows["fp16"]["size_bytes"] < rows["fp32"]["size_bytes"]
-    assert rows["dynamic-int8"]["size_bytes"] < rows["fp16"]["size_bytes"]
+    if name != "two_io":  # two 8x6 layers: flatbuffer overhead outweighs the weights
+        assert rows["fp16"]["size_bytes"] < rows["fp32"]["size_bytes"]
+        assert rows["dynamic-int8"]["size_bytes"] < rows["fp16"]["size_bytes"]
     assert "cosine_min" in rows["int8"]["parity"]["budget"] and "max_rel_err" not in rows["int8"]["parity"]["budget"]
     assert any("random samples" in n for n in rows["int8"]["notes"])
     int8 = [a for a in json.loads((out / "manifest.json").read_text())["artifacts"] if a["variant"] == "int8"][0]

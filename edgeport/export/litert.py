@@ -24,6 +24,7 @@ def convert(job: ConvertJob) -> Converted:
     import litert_torch
 
     module = job.program.module()
+    module.training = False  # the program was exported in eval mode; .eval() is refused on it, the flag is not
     args = tuple(job.example_inputs)
     if job.options.get("nhwc"):
         image_args = [i for i, x in enumerate(args) if x.dim() == 4]

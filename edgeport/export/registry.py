@@ -18,6 +18,7 @@ import numpy as np
 # The registry: target name -> module defining ``TARGET``. Order is report order.
 TARGET_MODULES = {
     "litert": "edgeport.export.litert",
+    "onnx": "edgeport.export.onnx",
     "tpu": "edgeport.export.tpu",
 }
 

@@ -1,0 +1,79 @@
+"""Baselines: compare a report with an earlier one and mark regressions, row by row (target × variant).
+
+A regression is: a row that was ``ok`` and now fails; parity error (``max_rel_err``, scale-free) grown more
+than ``error_factor`` and above ``error_floor``; p50 latency slower than ``latency_factor`` (same thread
+count only); artifact size grown more than ``size_factor``. Thresholds come from ``[baseline]`` in the config
+(defaults and their reasons: ``edgeport.config.BASELINE_DEFAULTS``). A regression in a required row fails
+the run (exit 1); rows new in this report or gone from it are listed, not judged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from edgeport.errors import UsageError
+
+KNOWN_SCHEMAS = ("edgeport.report/1",)
+
+
+def load_baseline(path: Path) -> dict:
+    """Any baseline we cannot read with certainty is bad input (exit 2), never a silent pass."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    if not path.is_file():
+        raise UsageError(f"--baseline not found: {path}")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--baseline {path} is not JSON: {exc}") from exc
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema not in KNOWN_SCHEMAS:
+        raise UsageError(f"--baseline {path}: unknown report schema {schema!r} (this edgeport reads {', '.join(KNOWN_SCHEMAS)})")
+    if not isinstance(data.get("targets"), list):
+        raise UsageError(f"--baseline {path}: no 'targets' list")
+    return data
+
+
+def _number(value) -> float | None:
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def row_regressions(row: dict, old: dict, t: dict) -> list[str]:
+    found = []
+    if old.get("status") == "ok" and row.get("status") == "failed":
+        found.append(f"was ok, now failed: {row.get('error')}")
+    new_err = _number((row.get("parity") or {}).get("max_rel_err"))
+    old_err = _number((old.get("parity") or {}).get("max_rel_err"))
+    if new_err is not None and old_err is not None and new_err > t["error_floor"] and (
+            new_err > old_err * t["error_factor"] or math.isnan(new_err)):
+        found.append(f"parity error grew: max_rel_err {old_err:.3g} -> {new_err:.3g} (> x{t['error_factor']:g})")
+    new_lat, old_lat = row.get("latency_ms") or {}, old.get("latency_ms") or {}
+    if new_lat.get("p50") and old_lat.get("p50") and new_lat.get("threads") == old_lat.get("threads") \
+            and new_lat["p50"] > old_lat["p50"] * t["latency_factor"]:
+        found.append(f"slower: p50 {old_lat['p50']:.3f} -> {new_lat['p50']:.3f} ms (> x{t['latency_factor']:g})")
+    if row.get("size_bytes") and old.get("size_bytes") and row["size_bytes"] > old["size_bytes"] * t["size_factor"]:
+        found.append(f"bigger: {old['size_bytes']} -> {row['size_bytes']} bytes (> x{t['size_factor']:g})")
+    return found
+
+
+def apply_baseline(report: dict, baseline: dict, thresholds: dict, source: str) -> dict:
+    """Mark ``regressions`` on each row and summarize under ``report["baseline"]``; returns the report."""
+    old_rows = {(r.get("target"), r.get("variant")): r for r in baseline["targets"]}
+    count = 0
+    for row in report["targets"]:
+        old = old_rows.get((row["target"], row["variant"]))
+        row["regressions"] = row_regressions(row, old, thresholds) if old else []
+        count += len(row["regressions"]) if row.get("required", True) else 0
+    keys_now = {(r["target"], r["variant"]) for r in report["targets"]}
+    report["baseline"] = {
+        "source": source, "edgeport_version": baseline.get("edgeport_version"), "thresholds": thresholds,
+        "regressions": count,
+        "new_rows": sorted(f"{t}[{v}]" for t, v in keys_now - set(old_rows)),
+        "missing_rows": sorted(f"{t}[{v}]" for t, v in set(old_rows) - keys_now),
+    }
+    return report

@@ -1,0 +1,44 @@
+package dev.edgeport.sample
+
+import org.junit.Assert.assertEquals
+import org.junit.Assert.assertNull
+import org.junit.Test
+
+/** JVM unit test (no device): `./gradlew test`. */
+class ManifestTest {
+    private val manifest = """
+        {"schema": "edgeport.manifest/1", "edgeport_version": "0.1.0", "model": "m.py:build",
+         "inputs": [{"name": "x", "shape": [1, 8], "dtype": "float32"}],
+         "outputs": [{"name": "output_0", "shape": [1, 2], "dtype": "float32"}],
+         "artifacts": [
+           {"target": "litert", "variant": "fp32", "path": "litert/model_fp32.tflite", "status": "ok",
+            "inputs": [{"name": "args_0", "shape": [1, 8], "dtype": "float32", "quantization": null}],
+            "outputs": [{"name": "output_0", "shape": [1, 2], "dtype": "float32", "quantization": null}],
+            "parity_sample": "litert/parity_sample/index.json", "some_future_field": 1},
+           {"target": "litert", "variant": "int8", "path": "litert/model_int8.tflite", "status": "ok",
+            "inputs": [{"name": "args_0", "shape": [1, 8], "dtype": "int8", "quantization": {"scale": 0.5, "zero_point": -3}}],
+            "outputs": [{"name": "output_0", "shape": [1, 2], "dtype": "float32", "quantization": null}],
+            "parity_sample": "litert/parity_sample/index.json"}]}
+    """.trimIndent()
+
+    @Test
+    fun readsArtifactsAndQuantization() {
+        val parsed = EdgeportManifest.parse(manifest)
+        assertEquals("litert/parity_sample/index.json", parsed.artifact("litert", "fp32").paritySample)
+        assertNull(parsed.artifact("litert", "fp32").inputs[0].quantization)
+        assertEquals(Quantization(0.5, -3), parsed.artifact("litert", "int8").inputs[0].quantization)
+    }
+
+    @Test(expected = IllegalArgumentException::class)
+    fun rejectsAnotherSchemaVersion() {
+        EdgeportManifest.parse(manifest.replace("edgeport.manifest/1", "edgeport.manifest/2"))
+    }
+
+    @Test
+    fun quantizesLikeTheRuntime() {
+        val q = Quantization(0.5, -3)
+        val bytes = Parity.quantize(floatArrayOf(1.0f, 100.0f), q)
+        assertEquals(listOf(-1, 127), bytes.map { it.toInt() })
+        assertEquals(1.0, Parity.dequantize(bytes, q)[0], 1e-9)
+    }
+}

@@ -1,0 +1,85 @@
+"""`edgeport validate DIR`: judge existing artifacts again (no conversion) against exported.pt2's module()."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import REPO, read_report, run_cli
+from test_onnx import perturb_largest_initializer
+
+MODELS = REPO / "tests" / "models.py"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("converted") / "out"
+    result = run_cli("convert", f"{MODELS}:two_io", "-t", "onnx", "-t", "litert", "--out", out, "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.fixture
+def fresh(converted, tmp_path):
+    copy = tmp_path / "dist"
+    shutil.copytree(converted, copy)
+    return copy
+
+
+def test_validate_clean_dir_with_new_data_and_latency(fresh, tmp_path):
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "real.npz", x=rng.standard_normal((4, 1, 8)).astype(np.float32),
+             y=rng.standard_normal((4, 1, 4)).astype(np.float32))
+    result = run_cli("validate", fresh, "--data", tmp_path / "real.npz", "--samples", "2", "--junit", "junit.xml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = read_report(fresh)
+    assert report["validated"]["samples"] == 6
+    for row in report["targets"]:
+        assert row["status"] == "ok" and row["parity"]["sample_origin"] == {"real": 4, "random": 1, "example": 1}
+        assert row["latency_ms"]["p50"] > 0
+    assert report["reference"]["latency_ms"]["p50"] > 0
+    assert (fresh / "junit.xml").is_file() and "4 real (npz" in (fresh / "report.md").read_text()
+
+
+def test_truncated_artifact_fails_that_target_only(fresh):
+    onnx = fresh / "onnx" / "model.onnx"
+    onnx.write_bytes(onnx.read_bytes()[: onnx.stat().st_size // 2])
+    result = run_cli("validate", fresh, "--no-latency")
+    assert result.returncode == 1
+    rows = {r["target"]: r for r in read_report(fresh)["targets"]}
+    assert rows["litert"]["status"] == "ok"
+    assert rows["onnx"]["status"] == "failed" and rows["onnx"]["error"].startswith("artifact does not run in its runtime:")
+    assert "onnx fp32" in (fresh / "report.md").read_text()
+
+
+def test_tampered_weights_detected(fresh):
+    perturb_largest_initializer(fresh / "onnx" / "model.onnx")
+    result = run_cli("validate", fresh, "--no-latency")
+    assert result.returncode == 1
+    row = read_report(fresh)["targets"][0]
+    assert row["status"] == "failed" and row["error"].startswith("artifact changed since conversion: sha256")
+    assert not row["parity"]["passed"] and "parity:" in row["error"]
+
+
+def test_missing_artifact_and_missing_program(fresh):
+    (fresh / "litert" / "model_fp32.tflite").unlink()
+    result = run_cli("validate", fresh, "--no-latency")
+    assert result.returncode == 1
+    rows = {r["target"]: r for r in read_report(fresh)["targets"]}
+    assert rows["onnx"]["status"] == "ok" and rows["litert"]["error"] == "artifact missing: litert/model_fp32.tflite"
+    (fresh / "exported.pt2").unlink()
+    before = (fresh / "report.json").read_text()
+    result = run_cli("validate", fresh)
+    assert result.returncode == 2 and "no exported.pt2" in result.stderr and "Traceback" not in result.stderr
+    assert (fresh / "report.json").read_text() == before
+
+
+def test_validate_in_process_uses_program_module(fresh):
+    from edgeport import api
+
+    result = api.validate(api.ConvertOptions(model=str(fresh), out=fresh, latency=False, samples=3))
+    assert result.exit_code == 0
+    names = json.loads((fresh / "manifest.json").read_text())["inputs"]
+    assert [i["name"] for i in names] == ["x", "y"]
+    assert all(r["parity"]["samples"] == 3 and r["parity"]["max_rel_err"] < 1e-5 for r in result.report["targets"])
