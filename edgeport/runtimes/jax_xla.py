@@ -115,8 +115,11 @@ class JaxXlaRunner:
         return [_numpy(o) for o in outputs]
 
     def io(self) -> dict:
-        return {"inputs": self.model.meta["inputs"], "outputs": self.model.meta["outputs"],
-                "dynamic_dims": self.model.meta.get("dynamic_dims", {})}
+        """manifest.json's runtime view: -1 marks a dim that stayed symbolic (meta.json names it); never quantized."""
+        tensor = lambda t: {"name": t["name"], "shape": [d if isinstance(d, int) else -1 for d in t["shape"]],  # noqa: E731
+                            "dtype": t["dtype"], "quantization": None}
+        return {"inputs": [tensor(t) for t in self.model.meta["inputs"]],
+                "outputs": [tensor(t) for t in self.model.meta["outputs"]]}
 
 
 def _numpy(array) -> np.ndarray:
