@@ -17,3 +17,4 @@ test:
 bench:
 	$(PY) bench/litert_overhead.py
 	$(PY) bench/onnx_vs_eager.py
+	$(PY) bench/tpu.py

@@ -42,6 +42,7 @@ class ConvertOptions:
     hf_task: str = "auto"
     seq_len: int = 16
     target_options: dict = field(default_factory=dict)
+    dynamic: list[str] = field(default_factory=list)   # dims the one export keeps symbolic ("batch")
     localize: bool = True
     baseline: Path | None = None
     decompositions: str | None = None
@@ -82,6 +83,13 @@ def plan(opts: ConvertOptions) -> Plan:
         if not any(q in t.variants for t in targets):
             known = sorted({v for t in targets for v in t.variants})
             raise UsageError(f"--quantize {q!r} is not offered by {', '.join(t.name for t in targets)}; known: {', '.join(known)}")
+    for t in targets:
+        t.validate_options(opts.target_options)
+    from edgeport.export.program import DYNAMIC_DIMS
+
+    unknown_dims = [d for d in opts.dynamic if d not in DYNAMIC_DIMS]
+    if unknown_dims:
+        raise UsageError(f"--dynamic {unknown_dims[0]!r} is not supported; supported: {', '.join(DYNAMIC_DIMS)}")
     if opts.threads < 1 or opts.samples < 1:
         raise UsageError("--threads and --samples must be at least 1")
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
@@ -166,7 +174,7 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
     progress("torch.export")
     try:
         with timed(timings, "export"):
-            program = loaded.program or export_program(loaded.module, loaded.example_inputs)
+            program = loaded.program or _export(loaded, opts.dynamic)
             save_program(program, staging / "exported.pt2")
     except ExportFailed as exc:
         rows = [{**_row(t.name, v, status="failed", error=str(exc)), "required": is_required(t.name, v, the_plan.config)}
@@ -185,6 +193,17 @@ def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, p
                      "required": is_required(target.name, variant, the_plan.config)})
     report = build_report(opts.model, _param_count(program), rows, session.reference_latency, session.data, timings)
     return write_outputs(staging, finish_report(report, the_plan.baseline), session.manifest(rows), opts.junit)
+
+
+def _export(loaded, dynamic: list[str]):
+    """The one torch.export; with ``--dynamic batch`` dim 0 stays symbolic (targets that cannot keep it
+    convert at the example shapes; the report says which dims stayed dynamic on which target)."""
+    from edgeport.export.program import batch_dynamic, export_program
+
+    if "batch" not in dynamic:
+        return export_program(loaded.module, loaded.example_inputs)
+    trace_inputs, shapes = batch_dynamic(loaded.example_inputs)
+    return export_program(loaded.module, trace_inputs, dynamic_shapes=shapes)
 
 
 @dataclass
@@ -246,7 +265,8 @@ class _Session:
         from edgeport.validate.data import load_data
 
         calibration = load_data(self.opts.calibration_data, self.signature) if self.opts.calibration_data else self.samples
-        return {**self.opts.target_options, "nhwc": self.opts.nhwc, "calibration": calibration,
+        return {**self.opts.target_options, "nhwc": self.opts.nhwc, "calibration": calibration, "samples": self.samples,
+                "dynamic": list(self.opts.dynamic),
                 "calibration_is_real": bool(self.opts.calibration_data)}
 
     def manifest(self, rows: list[dict]) -> dict:

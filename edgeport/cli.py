@@ -29,7 +29,7 @@ def convert(
     model: str = typer.Argument(..., help="file.py:callable, package.module:callable, program.pt2 or hf:<dir|hub id>"),
     target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to convert for (repeatable)"),
     out: Path = typer.Option(Path("dist"), "--out", "-o", help="output directory"),
-    quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant: fp16, dynamic-int8, weight-int8, int8 (repeatable)"),
+    quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant: fp16, dynamic-int8, weight-int8, int8 (litert), bf16 (tpu) (repeatable)"),
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. x:1x3x224x224:float32"),
     nhwc: bool = typer.Option(False, "--nhwc", help="channel-last (NHWC) image inputs in the LiteRT artifact"),
     threads: int = typer.Option(1, "--threads", help="threads for every runtime and for the PyTorch reference"),
@@ -47,6 +47,8 @@ def convert(
     localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
     decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS = {'ns::op': fn} for custom ops"),
+    tpu_topology: List[str] = typer.Option([], "--tpu-topology", help="tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default v5e:1x1, v5e:2x2, v6e:1x1)"),
+    dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the tpu artifact keeps it, the report says where"),
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
     from edgeport.api import ConvertOptions
@@ -56,7 +58,8 @@ def convert(
                           nhwc=nhwc, threads=threads, samples=samples, seed=seed, data=data,
                           calibration_data=calibration_data, latency=not no_latency, force=force, junit=junit,
                           config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len,
-                          localize=localize, baseline=baseline, decompositions=decompositions)
+                          localize=localize, baseline=baseline, decompositions=decompositions,
+                          target_options={"tpu_topology": list(tpu_topology)}, dynamic=list(dynamic))
     result = _with_progress(lambda progress: run_convert(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
@@ -232,6 +235,14 @@ def print_summary(report: dict, out: Path) -> None:
         table.add_row(*row, style=style)
     console = Console()
     console.print(table)
+    from edgeport.validate.report import COMPILE_HEADERS, COMPILE_TITLE, compile_rows
+
+    compiles = compile_rows(report)
+    if compiles:
+        compile_table = Table(*COMPILE_HEADERS, title=COMPILE_TITLE)
+        for row in compiles:
+            compile_table.add_row(*row)
+        console.print(compile_table)
     for r in report["targets"]:
         if r.get("error"):
             console.print(f"[red]{r['target']} {r['variant']}[/red]: {r['error']}")

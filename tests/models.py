@@ -168,3 +168,23 @@ class OpaqueOp(nn.Module):
 def opaque_op():
     torch.manual_seed(0)
     return OpaqueOp().eval(), (torch.randn(2, 6),)
+
+
+class CacheStep(nn.Module):
+    """Mutates a buffer and an input in place (a KV-cache decode step in miniature): torchax returns the
+    mutated values as extra leading outputs unless outputs are picked by the program's output spec."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(2, 4))
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, kv):
+        self.cache.add_(x)
+        kv.mul_(0.5)
+        return self.proj(self.cache) + kv, x * 2
+
+
+def cache_step():
+    torch.manual_seed(0)
+    return CacheStep().eval(), (torch.randn(2, 4), torch.randn(2, 4))

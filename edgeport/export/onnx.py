@@ -115,4 +115,6 @@ TARGET = Target(
     convert=convert,
     load_runner=_load_runner,
     dynamic_dims=True,
+    rewrites=("upcast_fp32", "inline_custom_ops"),
+    refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),
 )

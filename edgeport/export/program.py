@@ -44,6 +44,23 @@ def export_program(module, example_inputs: tuple, dynamic_shapes=None):
         raise ExportFailed(describe_export_error(exc)) from exc
 
 
+DYNAMIC_DIMS = ("batch",)
+
+
+def batch_dynamic(example_inputs: tuple) -> tuple[tuple, tuple]:
+    """``--dynamic batch``: (inputs to trace with, dynamic_shapes) making dim 0 of every tensor input one
+    symbol. A batch of 1 would be specialized by torch.export (0/1 are never symbolic), so the trace uses
+    the examples repeated to batch 2; the program keeps the symbol, the examples stay as given."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    batch = torch.export.Dim("batch", min=1)
+    is_batched = lambda x: isinstance(x, torch.Tensor) and x.dim() > 0  # noqa: E731
+    trace = tree_map(lambda x: torch.cat([x, x]) if is_batched(x) and x.shape[0] == 1 else x, tuple(example_inputs))
+    shapes = tree_map(lambda x: {0: batch} if is_batched(x) else None, tuple(example_inputs))
+    return trace, shapes
+
+
 def describe_export_error(exc: BaseException) -> str:
     """First useful lines of torch's message plus the last frame that is the user's code, not a library's."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]

@@ -19,7 +19,12 @@ import numpy as np
 TARGET_MODULES = {
     "litert": "edgeport.export.litert",
     "onnx": "edgeport.export.onnx",
+    "tpu": "edgeport.export.tpu",
 }
+
+
+def accept_any_options(options: dict) -> None:
+    """Default option check: a target that takes no options of its own ignores the others'."""
 
 
 class Runner(Protocol):
@@ -68,6 +73,9 @@ class Target:
     # ops the raw converter/runtime is known to refuse: (op, the error it gives), read by `edgeport check`;
     # custom ops and bf16/fp16 weights are checked for every target
     refuses: tuple[tuple[str, str], ...] = ()
+    # Checks the CLI's target options (ConvertOptions.target_options) at plan time, before any heavy
+    # work; raises UsageError (exit 2) on a bad value. Each target validates only its own keys.
+    validate_options: Callable[[dict], None] = accept_any_options
 
     @property
     def default_variant(self) -> str:

@@ -51,10 +51,18 @@ class EagerRunner:
         # copies: a model that updates its inputs in place (a KV cache) must not change the shared samples
         args = [to_torch(a, d).clone() for a, d in zip(inputs, self.input_dtypes)]
         with torch.no_grad():
-            for name, buffer in self.module.named_buffers():
-                if name in self.initial_buffers:
-                    buffer.copy_(self.initial_buffers[name])
-            return [to_numpy(t) for t in flatten_outputs(self.module(*args))]
+            self._restore_buffers()
+            try:
+                return [to_numpy(t) for t in flatten_outputs(self.module(*args))]
+            finally:
+                # the exported program's state_dict aliases these buffers: leave them as found, or every
+                # target converted after the reference ran would bake in the last sample's cache
+                self._restore_buffers()
+
+    def _restore_buffers(self) -> None:
+        for name, buffer in self.module.named_buffers():
+            if name in self.initial_buffers:
+                buffer.copy_(self.initial_buffers[name])
 
     def io(self) -> dict:
         return {}

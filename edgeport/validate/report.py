@@ -92,6 +92,25 @@ def summary_rows(report: dict) -> list[list[str]]:
 HEADERS = ["target", "variant", "status", "size", "max abs err", "max rel err", "cosine min", "p50 ms", "p90 ms", "vs eager"]
 
 
+COMPILE_HEADERS = ["target", "variant", "topology", "compiled", "sharding", "peak MiB/device", "fits HBM", "GFLOP/device",
+                   "est. µs (roofline)", "est. µs (compiler)"]
+COMPILE_TITLE = "TPU ahead-of-time compiles (memory and FLOPs from the compiler; latencies are ESTIMATES, not measured)"
+
+
+def compile_rows(report: dict) -> list[list[str]]:
+    """One row per (target, variant, topology) of ``tpu_compile``: what every rendering shows for it."""
+    rows = []
+    for r in report["targets"]:
+        for c in r.get("tpu_compile") or []:
+            us = lambda v: _fmt(v * 1e6 if isinstance(v, (int, float)) else None, ".3g")  # noqa: E731
+            rows.append([r["target"], r["variant"], c["topology"], "yes" if c["ok"] else f"no: {c.get('error') or ''}"[:120],
+                         c.get("sharding") or "–", _fmt(c["peak_bytes"] / 2**20 if c.get("peak_bytes") else None, ".2f"),
+                         {True: "yes", False: "NO"}.get(c.get("fits_hbm"), "–"),
+                         _fmt(c["flops"] / 1e9 if c.get("flops") is not None else None, ".3g"),
+                         us(c.get("est_seconds")), us(c.get("compiler_est_seconds"))])
+    return rows
+
+
 def _headline(report: dict) -> str:
     verdict_text = "PASSED" if report["passed"] else "FAILED"
     baseline = report.get("baseline")
@@ -135,6 +154,10 @@ def render_markdown(report: dict) -> str:
     if rewritten:
         lines += ["", "## Rewrites (the program was changed before conversion)"]
         lines += [f"- **{r['target']} {r['variant']}**: {', '.join(r['rewrites'])}" for r in rewritten]
+    compiles = compile_rows(report)
+    if compiles:
+        lines += ["", f"## {COMPILE_TITLE}", "", "| " + " | ".join(COMPILE_HEADERS) + " |", "|" + "---|" * len(COMPILE_HEADERS)]
+        lines += ["| " + " | ".join(row) + " |" for row in compiles]
     if _samples_line(report):
         lines += ["", _samples_line(report)]
     if _messages(report):
@@ -159,12 +182,19 @@ def render_html(report: dict) -> str:
                          for r in report["targets"] for o in (r.get("parity") or {}).get("outputs") or []
                          if o.get("error_histogram"))
     samples = f"<p>{esc(_samples_line(report))}</p>" if _samples_line(report) else ""
+    compiles = compile_rows(report)
+    compile_table = "" if not compiles else (
+        f"<h2>{esc(COMPILE_TITLE)}</h2><table id='tpu_compile'><thead><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in COMPILE_HEADERS) + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in compiles)
+        + "</tbody></table>")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>edgeport report — {esc(report['model']['spec'])}</title>
 <style>{_STYLE}</style></head>
 <body><h1>edgeport report — {esc(report['model']['spec'])}</h1>
 <p><b>{esc(_headline(report))}</b> · edgeport {esc(report['edgeport_version'])}</p>
 <table id="summary"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{samples}
+{compile_table}
 <ul id="notes">{notes}</ul>
 <h2>Latency (p50, p90 whisker)</h2><div id="latency">{_latency_svg(report)}</div>
 <h2>Error histograms (|artifact − PyTorch| per element, one bar per decade)</h2><div class="charts" id="histograms">{histograms or "<p>no parity results</p>"}</div>

@@ -1,0 +1,400 @@
+"""TPU target: the exported program -> torchax -> ``jax.export`` for ("cpu", "tpu") + libtpu AOT compiles.
+
+Written to ``DIR/tpu/<variant>/``: ``model.jax_export`` (the deployment artifact, loaded by
+:mod:`edgeport.runtimes.jax_xla`), ``weights.safetensors`` beside it, ``model.stablehlo.mlir`` for
+inspection, ``meta.json`` and ``executables/<topology>.tpu_exec`` (libtpu executables compiled on this
+CPU-only host with a compile-only topology, so a TPU host can skip compilation).
+
+Why these choices:
+- One lowering, checked the way it will run: parity runs the CPU lowering of the serialized bytes; the TPU
+  lowering of the same StableHLO is what libtpu compiles. fp32 exports use "highest" matmul precision so
+  a TPU computes what parity checked (TPUs otherwise run f32 matmuls as one bf16 pass); bf16 is its own
+  variant with its own budget.
+- Inputs and outputs by construction (issue 6 class 8): the jax function takes the user inputs as a flat
+  positional list in the program's signature order (never a dict jit would sort), and returns exactly the
+  program's USER_OUTPUT values picked by the output spec, so mutated buffers never leak in as outputs.
+- TPU numbers without a TPU are estimates and labelled so: memory and FLOPs come from the compiler, the
+  latency is a roofline over the chip's published peak FLOP/s and HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeport.errors import UsageError
+from edgeport.export.registry import ConvertJob, Converted, Target
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Per-chip figures. A "device" is what jax sees: a chip, or one TensorCore where a chip has two
+    exposed separately (tpu7x); per-device numbers divide by ``devices_per_chip``."""
+
+    hbm_bytes: int
+    peak_flops: float          # dense bf16 FLOP/s (f32 matmuls run on the same MXUs: still an estimate)
+    hbm_bytes_per_s: float
+    dims: int                  # topology rank: 2 = "AxB", 3 = "AxBxC"
+    chip_config: str = "default"
+    wrap: bool = False
+    devices_per_chip: int = 1
+
+
+# Source: Google Cloud TPU documentation, "TPU versions" pages (system architecture of v4, v5e, v5p,
+# v6e "Trillium", TPU7x "Ironwood"): HBM capacity, peak bf16 compute and HBM bandwidth per chip.
+GENERATIONS: dict[str, Generation] = {
+    "v4": Generation(32 * GIB, 275e12, 1200e9, dims=3, chip_config="megacore", wrap=True),
+    "v5e": Generation(16 * GIB, 197e12, 819e9, dims=2),
+    "v5p": Generation(95 * GIB, 459e12, 2765e9, dims=3, chip_config="megacore", wrap=True),
+    "v6e": Generation(32 * GIB, 918e12, 1640e9, dims=2),
+    "tpu7x": Generation(192 * GIB, 2307e12, 7380e9, dims=3, devices_per_chip=2),
+}
+DEFAULT_TOPOLOGIES = ("v5e:1x1", "v5e:2x2", "v6e:1x1")
+TOPOLOGY_EXAMPLES = "v5e:1x1, v5e:2x2, v6e:1x1, v6e:2x4, v4:2x2x1, v5p:2x2x1, tpu7x:2x2x1"
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    generation: str
+    shape: tuple[int, ...]
+
+    @property
+    def spec(self) -> Generation:
+        return GENERATIONS[self.generation]
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace(":", "_")
+
+
+def parse_topology(text: str) -> Topology:
+    """``GEN:AxB`` (v5e, v6e) or ``GEN:AxBxC`` (v4, v5p, tpu7x); bad text -> UsageError listing examples."""
+    match = re.fullmatch(r"([a-z0-9]+):(\d+(?:x\d+)*)", text.strip().lower())
+    bad = f"bad --tpu-topology {text!r}; valid examples: {TOPOLOGY_EXAMPLES} (generations: {', '.join(GENERATIONS)})"
+    if not match or match.group(1) not in GENERATIONS:
+        raise UsageError(bad)
+    shape = tuple(int(d) for d in match.group(2).split("x"))
+    if len(shape) != GENERATIONS[match.group(1)].dims or min(shape) < 1:
+        raise UsageError(bad)
+    return Topology(f"{match.group(1)}:{match.group(2)}", match.group(1), shape)
+
+
+def topologies_of(options: dict) -> list[Topology]:
+    return [parse_topology(t) for t in dict.fromkeys(options.get("tpu_topology") or DEFAULT_TOPOLOGIES)]
+
+
+def validate_options(options: dict) -> None:
+    """Called by ``api.plan`` before any heavy work: a bad topology is bad input (exit 2)."""
+    topologies_of(options)
+
+
+# ----------------------------------------------------------------------------------------------- lowering
+
+class LoweringError(RuntimeError):
+    """torchax could not lower one node: names the aten op and the user's source line."""
+
+
+@dataclass
+class Lowered:
+    fn: object                  # fn(weights: dict, *inputs) -> tuple of user outputs
+    weights: dict               # name -> jax array, in the exported program's state
+    input_avals: list           # jax.ShapeDtypeStruct per user input, symbolic dims where the program has them
+    compile_avals: list         # the same at the example shapes (a TPU executable needs concrete shapes)
+    dynamic_dims: dict          # input name -> [dims kept symbolic]
+
+
+def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = ()) -> Lowered:
+    """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature."""
+    import jax.numpy as jnp
+    import torchax
+    from torch.export.graph_signature import InputKind, OutputKind
+    from torchax import decompositions
+    from torchax.ops import mappings
+
+    torchax.default_env()  # builds torchax's op table (the interpreter looks ops up there)
+    with warnings.catch_warnings():  # torch's own pytree deprecation noise while copying the program
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec.*")
+        program = program.run_decompositions().run_decompositions(decompositions.DECOMPOSITIONS)
+    signature = program.graph_signature
+    state = {**program.state_dict, **program.constants}
+    state_names = [s.target for s in signature.input_specs if s.kind != InputKind.USER_INPUT]
+    user_positions = [i for i, s in enumerate(signature.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+    weights = {name: mappings.t2j(state[name].detach()) for name in state_names}
+    compute = jnp.bfloat16 if variant == "bf16" else None
+    if compute is not None:
+        weights = {k: v.astype(compute) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in weights.items()}
+    interpreter_class = _node_reporting_interpreter()
+    input_avals = _input_avals(program)
+    compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
+    out_dtypes = [jnp.dtype(mappings.t2j_dtype(_output_dtype(program, i))) for i in user_positions]
+
+    def fn(weights: dict, *inputs):
+        if compute is not None:
+            inputs = [x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x for x in inputs]
+        results = interpreter_class(program.graph_module).run(*[weights[n] for n in state_names], *inputs,
+                                                              enable_io_processing=False)
+        return tuple(results[i].astype(out_dtypes[k]) for k, i in enumerate(user_positions))
+
+    dynamic = {name: [d for d, size in enumerate(a.shape) if not isinstance(size, int)]
+               for name, a in zip(input_names, input_avals)}
+    return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v})
+
+
+def _input_avals(program) -> list:
+    """User-input avals; a torch symbolic dim becomes a jax symbolic dim (torchax maps the constraints).
+    64-bit dtypes follow jax's setting (int64 ids become int32 unless x64 is on), as the artifact will."""
+    import jax
+    from torchax.export import extract_avals
+
+    return [jax.ShapeDtypeStruct(a.shape, jax.dtypes.canonicalize_dtype(a.dtype)) for a in extract_avals(program)]
+
+
+def _concrete(aval, example):
+    import jax
+
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in example.shape), aval.dtype)
+
+
+def _output_dtype(program, index: int):
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    return output_node.args[0][index].meta["val"].dtype
+
+
+def _node_reporting_interpreter():
+    """torchax's interpreter, but a failing node raises :class:`LoweringError` with the aten op and the
+    FX node's source location instead of a bare assertion from deep inside torchax."""
+    from torchax.export import JaxInterpreter
+
+    class NodeReportingInterpreter(JaxInterpreter):
+        def run_node(self, node):
+            try:
+                return super().run_node(node)
+            except LoweringError:
+                raise
+            except Exception as exc:
+                raise LoweringError(describe_node_failure(node, exc)) from exc
+
+    return NodeReportingInterpreter
+
+
+def describe_node_failure(node, exc: BaseException) -> str:
+    op = getattr(node.target, "name", lambda: str(node.target))() if node.op == "call_function" else node.op
+    reason = (str(exc).strip().splitlines() or [""])[0][:200]
+    message = f"torchax cannot lower {op} (node {node.name}): {type(exc).__name__}: {reason}"
+    from edgeport.validate.localize import _user_source
+
+    location = _user_source(node.meta.get("stack_trace"))
+    return f"{message} (at {location})" if location else message
+
+
+# ------------------------------------------------------------------------------------------------ convert
+
+def convert(job: ConvertJob) -> Converted:
+    from edgeport.runtimes.jax_xla import EXPORT_FILE, libtpu_compile_env, prefer_cpu_backend
+    from edgeport.runtimes.torch_tpu import tpu_host_status
+
+    prefer_cpu_backend()
+    libtpu_compile_env()
+    import jax
+
+    out = job.out_dir / job.variant
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs], job.example_inputs)
+    precision = "highest" if job.variant == "fp32" else "default"
+    with jax.default_matmul_precision(precision):
+        exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
+            _weight_avals(lowered.weights), *lowered.input_avals)
+        lower_seconds = time.perf_counter() - start
+        compiles = [compile_for_topology(t, lowered, out) for t in topologies_of(job.options)]
+    _write_artifact(out, job, exported, lowered, precision, compiles)
+    _add_notes(job, lowered, compiles)
+    host = tpu_host_status()
+    details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
+               "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
+               "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
+    if host["tpu_present"]:
+        details["tpu_measured"] = measure_on_tpu_host(job, out)
+    return Converted(out / EXPORT_FILE, details)
+
+
+def _write_artifact(out: Path, job: ConvertJob, exported, lowered: Lowered, precision: str, compiles: list[dict]) -> None:
+    from safetensors.flax import save_file
+
+    from edgeport.runtimes.jax_xla import EXPORT_FILE, META_FILE, WEIGHTS_FILE
+
+    (out / EXPORT_FILE).write_bytes(exported.serialize())
+    save_file(lowered.weights, str(out / WEIGHTS_FILE))
+    (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
+    executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
+    (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
+
+
+def _add_notes(job: ConvertJob, lowered: Lowered, compiles: list[dict]) -> None:
+    if job.options.get("dynamic") and not lowered.dynamic_dims:
+        job.notes.append(f"--dynamic {', '.join(job.options['dynamic'])}: the program has no symbolic dims "
+                         "(a saved .pt2 keeps the shapes it was exported with); the artifact is static")
+    for failed in (c for c in compiles if not c["ok"]):
+        job.notes.append(f"TPU compile for {failed['topology']} failed: {failed['error']}")
+    job.notes.append("tpu_compile: memory and FLOPs come from libtpu's compiler; est_seconds is a roofline "
+                     "estimate from published chip figures, not a measurement")
+
+
+def measure_on_tpu_host(job: ConvertJob, out: Path) -> list[dict]:
+    """On a TPU host: the artifact through jax on the TPU and (default variant) the program through
+    torch_tpu, each in a worker subprocess; measured parity and latency beside the estimates."""
+    from edgeport.runtimes.torch_eager import EagerRunner
+    from edgeport.runtimes.torch_tpu import run_in_worker
+    from edgeport.validate.parity import compare, default_budget
+
+    samples = job.options.get("samples") or [[x.numpy() for x in job.example_inputs]]
+    eager = EagerRunner(job.program.module(), [i.dtype for i in job.signature.inputs], 1)
+    reference = [eager.run(s) for s in samples]
+    runs = [("jax", out)] + ([("torch_tpu", job.out_dir.parent / "exported.pt2")] if job.variant == TARGET.default_variant else [])
+    measured = []
+    for engine, artifact in runs:
+        result = run_in_worker(engine, artifact, samples)
+        if result["ok"]:
+            parity = compare(reference, result["outputs"], default_budget(job.variant), [o.name for o in job.signature.outputs])
+            result["parity"] = {k: parity[k] for k in ("passed", "max_abs_err", "max_rel_err", "cosine_min", "message")}
+        else:
+            job.notes.append(f"TPU host run ({engine}) failed: {result['error']}")
+        measured.append({k: v for k, v in result.items() if k != "outputs"})
+    return measured
+
+
+def _weight_avals(weights: dict) -> dict:
+    import jax
+
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in weights.items()}
+
+
+def _meta(job: ConvertJob, exported, lowered: Lowered, precision: str, executables: dict) -> dict:
+    """What a loader or an app needs to call the artifact, without jax or torch to read it."""
+    n_weights = len(lowered.weights)
+    describe = lambda info, aval: {"name": info.name, "shape": [d if isinstance(d, int) else str(d) for d in aval.shape],  # noqa: E731
+                                   "dtype": str(aval.dtype)}
+    return {
+        "format": "jax.export", "platforms": list(exported.platforms), "variant": job.variant,
+        "matmul_precision": precision, "call": "exported.call(weights, *inputs) -> tuple(outputs)",
+        "inputs": [describe(i, a) for i, a in zip(job.signature.inputs, exported.in_avals[n_weights:])],
+        "outputs": [describe(o, a) for o, a in zip(job.signature.outputs, exported.out_avals)],
+        "dynamic_dims": lowered.dynamic_dims, "executables": executables,
+    }
+
+
+# ------------------------------------------------------------------------------------------- AOT compile
+
+def compile_for_topology(topology: Topology, lowered: Lowered, out: Path) -> dict:
+    """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row."""
+    from edgeport.runtimes.jax_xla import quiet_stderr
+
+    row = {"topology": topology.name, "ok": False, "error": None}
+    start = time.perf_counter()
+    with quiet_stderr() as noise:
+        try:
+            compiled, sharding, devices = _compile(topology, lowered)
+            row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
+            row["executable"] = _write_executable(compiled, out / "executables" / f"{topology.slug}.tpu_exec", out)
+        except Exception as exc:
+            row["error"] = _compile_error(exc, noise)
+    row["compile_seconds"] = round(time.perf_counter() - start, 3)
+    return row
+
+
+def _compile(topology: Topology, lowered: Lowered):
+    import jax
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    gen = topology.spec
+    shape3 = (*topology.shape, 1, 1)[:3]
+    topo = topologies.get_topology_desc(topology.name, platform="tpu", chip_config_name=gen.chip_config,
+                                        chips_per_host_bounds=shape3, num_slices=1, wrap=(gen.wrap,) * 3)
+    devices = len(topo.devices)
+    mesh = topologies.make_mesh(topo, (devices,), ("data",))
+    data_parallel = devices > 1 and _batch_divides(lowered.compile_avals, devices)
+    replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    weights = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated) for k, v in lowered.weights.items()}
+    inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=batch if data_parallel else replicated)
+              for a in lowered.compile_avals]
+    compiled = jax.jit(lowered.fn).lower(weights, *inputs).compile()
+    return compiled, "data-parallel" if data_parallel else "replicated", devices
+
+
+def _batch_divides(avals: list, devices: int) -> bool:
+    """Shard the batch when every input has the same leading dim and it splits evenly over the devices."""
+    leading = {a.shape[0] if len(a.shape) else None for a in avals}
+    return len(leading) == 1 and isinstance(b := leading.pop(), int) and b % devices == 0
+
+
+def _analysis(compiled, topology: Topology, devices: int) -> dict:
+    """Per-device memory and cost from the compiler, the HBM check and the roofline latency estimate."""
+    gen = topology.spec
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, list) else cost
+    argument, output, temp = memory.argument_size_in_bytes, memory.output_size_in_bytes, memory.temp_size_in_bytes
+    peak = getattr(memory, "peak_memory_in_bytes", 0) or (
+        argument + output + temp + memory.generated_code_size_in_bytes - memory.alias_size_in_bytes)
+    hbm = gen.hbm_bytes // gen.devices_per_chip
+    flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+    peak_flops, bandwidth = gen.peak_flops / gen.devices_per_chip, gen.hbm_bytes_per_s / gen.devices_per_chip
+    return {
+        "generation": topology.generation, "peak_bytes": int(peak), "argument_bytes": int(argument),
+        "output_bytes": int(output), "temp_bytes": int(temp), "hbm_bytes_per_device": hbm, "fits_hbm": peak <= hbm,
+        "flops": flops, "bytes_accessed": accessed,
+        "est_seconds": max(flops / peak_flops, accessed / bandwidth),
+        "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes accessed / HBM bandwidth); "
+                      "excludes host dispatch and launch overhead",
+        "compiler_est_seconds": _compiler_estimate(cost),
+    }
+
+
+def _compiler_estimate(cost: dict) -> float | None:
+    """libtpu's own estimate; it reports a negative sentinel for programs it cannot model (seen on sort/scatter)."""
+    seconds = cost.get("optimal_seconds")
+    return float(seconds) if seconds is not None and seconds >= 0 else None
+
+
+def _write_executable(compiled, path: Path, out: Path) -> str | None:
+    from jax.experimental.serialize_executable import serialize
+
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(serialize(compiled)[0])
+    return str(path.relative_to(out))
+
+
+def _compile_error(exc: BaseException, noise) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    hint = next((ln for ln in noise.text().splitlines() if "out of memory" in ln.lower() or "error" in ln.lower()), None)
+    return (text + (f" | {hint.strip()}" if hint and hint.strip() not in text else ""))[:500]
+
+
+def _load_runner(path: Path, threads: int):
+    from edgeport.runtimes.jax_xla import load_runner
+
+    return load_runner(path, threads)
+
+
+TARGET = Target(
+    name="tpu",
+    description="TPU: torchax -> jax.export (StableHLO, cpu+tpu) with libtpu AOT compiles per topology",
+    variants=("fp32", "bf16"),
+    requires=("torchax", "jax", "libtpu", "safetensors"),
+    extra="tpu",
+    convert=convert,
+    load_runner=_load_runner,
+    validate_options=validate_options,
+    rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops"),
+    refuses=(("aten.conv2d.padding", "'immutable_list' object does not support mutation"),),
+)

@@ -1,0 +1,169 @@
+"""Loader and runner for the TPU target's deployment artifact (``DIR/tpu/<variant>/``).
+
+The artifact is a ``jax.export`` program serialized for platforms ``("cpu", "tpu")`` plus its weights in
+``weights.safetensors`` beside it. The program takes ``(weights: dict[name, array], *inputs)`` with the
+inputs in the exported program's flattened signature order and returns the user outputs in the program's
+output order, so no caller has to know about pytrees, dict keys or mutated buffers.
+
+A serving process::
+
+    from edgeport.runtimes.jax_xla import load
+    model = load("dist/tpu/fp32")          # on a TPU host jax's default backend is the TPU
+    outputs = model(x)                     # list of arrays, in the model's output order
+
+Parity uses :class:`JaxXlaRunner`, which pins execution to jax's CPU backend: the CPU lowering of the very
+bytes that were written, after a serialize -> deserialize round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+EXPORT_FILE = "model.jax_export"
+WEIGHTS_FILE = "weights.safetensors"
+META_FILE = "meta.json"
+
+
+# Environment variables edgeport set in its own process; worker subprocesses get them removed again.
+ENV_SET_HERE: set[str] = set()
+
+
+def prefer_cpu_backend() -> None:
+    """Keep edgeport's own process on jax's CPU backend (parity runs the CPU lowering; TPU compiles use a
+    compile-only topology). Without this, jax's first use probes libtpu for a local TPU: slow, noisy,
+    and a lock other processes may hold. A serving process calling :func:`load` is left alone."""
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_platforms", "cpu")
+
+
+def libtpu_compile_env() -> None:
+    """libtpu as a compile-only library: no metadata-server query (it can hang off-cloud), a local worker
+    name (else it logs an error per process), and no exclusive lock (the lock is for owning real chips;
+    compile-only processes in parallel, e.g. CI workers, would otherwise refuse each other)."""
+    for key, value in (("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES", "localhost"),
+                       ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
+        if key not in os.environ:
+            os.environ[key] = value
+            ENV_SET_HERE.add(key)
+
+
+class LoadedModel:
+    """A deserialized artifact: call it with numpy/jax inputs, get a list of output arrays."""
+
+    def __init__(self, directory: Path):
+        import jax
+        from safetensors.flax import load_file
+
+        self.directory = Path(directory)
+        self.meta = json.loads((self.directory / META_FILE).read_text())
+        self.exported = jax.export.deserialize(bytearray((self.directory / EXPORT_FILE).read_bytes()))
+        self.weights = load_file(str(self.directory / WEIGHTS_FILE))
+        self.input_dtypes = [a.dtype for a in self.exported.in_avals[len(self.weights):]]
+        # jit once: Exported.call alone re-traces on every call (~0.3 ms of Python per call)
+        self.call = jax.jit(self.exported.call)
+
+    def __call__(self, *inputs) -> list:
+        args = [np.asarray(x).astype(dtype, copy=False) for x, dtype in zip(inputs, self.input_dtypes)]
+        return list(self.call(self.weights, *args))
+
+
+def load(directory: str | Path) -> LoadedModel:
+    """Load ``DIR/tpu/<variant>/`` for serving; runs on jax's default backend (TPU on a TPU host)."""
+    return LoadedModel(Path(directory))
+
+
+def load_executable(directory: str | Path, topology: str):
+    """On a TPU host: the executable compiled ahead of time for ``topology`` (skips compilation).
+
+    Same trust rule as ``jax.experimental.serialize_executable``: only load executables you produced.
+    """
+    import jax
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    model = load(directory)
+    blob = (Path(directory) / model.meta["executables"][topology]).read_bytes()
+    return deserialize_and_load(blob, model.exported.in_tree, model.exported.out_tree, backend="tpu")
+
+
+class JaxXlaRunner:
+    """Runner for parity and latency: the artifact's CPU lowering through XLA."""
+
+    def __init__(self, directory: Path, threads: int):
+        import jax
+
+        prefer_cpu_backend()
+        self.threads = threads
+        self.model = load(directory)
+        self.cpu = jax.devices("cpu")[0]
+        self.weights = jax.device_put(self.model.weights, self.cpu)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import jax
+
+        args = [np.asarray(x).astype(d, copy=False) for x, d in zip(inputs, self.model.input_dtypes)]
+        with jax.default_device(self.cpu):  # numpy inputs land on the CPU device inside the jitted call
+            outputs = self.model.call(self.weights, *args)
+        return [_numpy(o) for o in outputs]
+
+    def io(self) -> dict:
+        """manifest.json's runtime view: -1 marks a dim that stayed symbolic (meta.json names it); never quantized."""
+        tensor = lambda t: {"name": t["name"], "shape": [d if isinstance(d, int) else -1 for d in t["shape"]],  # noqa: E731
+                            "dtype": t["dtype"], "quantization": None}
+        return {"inputs": [tensor(t) for t in self.model.meta["inputs"]],
+                "outputs": [tensor(t) for t in self.model.meta["outputs"]]}
+
+
+def _numpy(array) -> np.ndarray:
+    """bf16 (which numpy cannot compute with) comes back as float32."""
+    out = np.asarray(array)
+    return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
+
+
+def load_runner(path: Path, threads: int = 1) -> JaxXlaRunner:
+    """``path`` is the serialized export file (the report's artifact) or its directory."""
+    path = Path(path)
+    return JaxXlaRunner(path.parent if path.is_file() else path, threads)
+
+
+class _Captured:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def text(self) -> str:
+        try:
+            return self.path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Send file descriptor 2 to a temporary file while libtpu runs: its C++ logging (worker hostname
+    warnings, InitGoogle notices) writes there directly and would bury the CLI's output. The captured
+    text is kept so a failing compile can quote it."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.NamedTemporaryFile(prefix="edgeport-libtpu-", suffix=".log", delete=False) as sink:
+        os.dup2(sink.fileno(), 2)
+        captured = _Captured(Path(sink.name))
+    try:
+        yield captured
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        text = captured.text()
+        captured.text = lambda: text  # keep it after the file is gone
+        captured.path.unlink(missing_ok=True)
