@@ -29,7 +29,7 @@ class ConvertOptions:
     quantize: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     nhwc: bool = False
-    threads: int = 1
+    threads: int | str = 1             # or "auto": each target's runner and thread count picked by a short sweep
     samples: int = 8
     seed: int = 0
     data: str | None = None
@@ -90,8 +90,7 @@ def plan(opts: ConvertOptions) -> Plan:
     unknown_dims = [d for d in opts.dynamic if d not in DYNAMIC_DIMS]
     if unknown_dims:
         raise UsageError(f"--dynamic {unknown_dims[0]!r} is not supported; supported: {', '.join(DYNAMIC_DIMS)}")
-    if opts.threads < 1 or opts.samples < 1:
-        raise UsageError("--threads and --samples must be at least 1")
+    check_threads_and_samples(opts)
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
     check_output_dir(opts.out, opts.force)
     decompositions = {}
@@ -101,6 +100,20 @@ def plan(opts: ConvertOptions) -> Plan:
         decompositions = load_decompositions(opts.decompositions)
     config = load_config(opts.config)
     return Plan(rows, config, parse_budget_flags(opts.budgets), _read_baseline(opts.baseline, config), decompositions)
+
+
+def check_threads_and_samples(opts: ConvertOptions) -> None:
+    if opts.threads != "auto" and (not isinstance(opts.threads, int) or opts.threads < 1):
+        raise UsageError(f"--threads must be a number >= 1 or 'auto', got {opts.threads!r}")
+    if opts.samples < 1:
+        raise UsageError("--samples must be at least 1")
+
+
+def fixed_threads(threads: int | str) -> int:
+    """The thread count for what --threads auto does not sweep (the PyTorch reference, localize): all cores."""
+    from edgeport.validate.autotune import max_threads
+
+    return max_threads() if threads == "auto" else int(threads)
 
 
 def _read_baseline(path: Path | None, config: dict) -> dict | None:
@@ -253,10 +266,11 @@ class _Session:
         samples = make_samples(arrays, opts.samples, opts.seed)
         real, kind = load_data_with_kind(opts.data, signature) if opts.data else ([], None)
         reference_model = loaded.module if loaded.module is not None else program.module()
-        eager = EagerRunner(reference_model, [i.dtype for i in signature.inputs], opts.threads)
+        threads = fixed_threads(opts.threads)
+        eager = EagerRunner(reference_model, [i.dtype for i in signature.inputs], threads)
         progress("PyTorch reference")
         reference = [eager.run(s) for s in real + samples]
-        latency = measure(lambda: eager.run(samples[0]), opts.threads) if opts.latency else None
+        latency = measure(lambda: eager.run(samples[0]), threads) if opts.latency else None
         origin = {"real": len(real), "random": len(samples) - 1, "example": 1}
         data = {"kind": kind, "source": opts.data, "samples": len(real)} if opts.data else None
         return cls(program, example, signature, real + samples, reference, latency, opts, origin, data)
@@ -309,7 +323,8 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
     verdict = judge_artifact(target, converted.artifact, session, budget)
     if verdict.get("parity") and not verdict["parity"]["passed"] and session.opts.localize:
         verdict = {**verdict, **localize(target, job, session, budget, verdict["parity"])}
-    row.update(verdict, check_seconds=round(time.perf_counter() - start, 3))
+    merge_verdict(row, verdict)
+    row["check_seconds"] = round(time.perf_counter() - start, 3)
     if row.get("io"):
         row["parity_sample"] = parity_sample_for(out_dir, row, session, staging)
     return row
@@ -367,8 +382,15 @@ def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> d
     from edgeport.validate.latency import measure
     from edgeport.validate.parity import compare
 
+    choice = {}
     try:
-        runner = target.load_runner(artifact, session.opts.threads)
+        if session.opts.threads == "auto":
+            from edgeport.validate.autotune import pick_runner
+
+            runner, picked = pick_runner(target, artifact, session.samples[0])
+            choice = {"runner_choice": picked}
+        else:
+            runner = target.load_runner(artifact, session.opts.threads)
         outputs = [runner.run(sample) for sample in session.samples]
     except Exception as exc:
         return {"status": "failed", "error": runtime_error(exc)}
@@ -376,7 +398,32 @@ def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> d
     parity["sample_origin"] = session.sample_origin
     latency = measure(lambda: runner.run(session.samples[0]), runner.threads) if session.opts.latency else None
     status = {"status": "ok", "error": None} if parity["passed"] else {"status": "failed", "error": f"parity: {parity['message']}"}
-    return {**status, "parity": parity, "latency_ms": latency, "io": runner.io()}
+    details = runner.details() if hasattr(runner, "details") else {}
+    return {**status, "parity": parity, "latency_ms": latency, "io": runner.io(), **choice, **details,
+            "new_notes": slower_than_eager(runner, details, latency, session.reference_latency)}
+
+
+def slower_than_eager(runner, details: dict, latency: dict | None, reference: dict | None) -> list[str]:
+    """A note when the artifact's p50 is above PyTorch eager's and its runtime can say why (e.g. LiteRT
+    ops left outside XNNPACK), so a slow artifact comes with the ops to look at."""
+    if not latency or not reference or latency["p50"] <= reference["p50"] or not hasattr(runner, "why_slow"):
+        return []
+    reason = runner.why_slow(details)
+    if not reason:
+        return []
+    ratio = latency["p50"] / reference["p50"]
+    return [f"p50 {latency['p50']:.3f} ms is {ratio:.1f}x PyTorch eager's {reference['p50']:.3f} ms; {reason}"]
+
+
+def merge_verdict(row: dict, verdict: dict) -> dict:
+    """row.update(verdict), except that the verdict's new notes are added to the row's, once each."""
+    verdict = dict(verdict)
+    new = verdict.pop("new_notes", [])
+    row.update(verdict)
+    if new:
+        notes = row.setdefault("notes", [])
+        notes.extend(n for n in new if n not in notes)
+    return row
 
 
 def localize(target, job, session: _Session, budget: dict, parity: dict) -> dict:
@@ -387,7 +434,7 @@ def localize(target, job, session: _Session, budget: dict, parity: dict) -> dict
     sample = session.samples[failing.get("worst_sample", 0)]
     try:
         with converter_output_to(job.out_dir / f"localize_{job.variant}.log"):
-            where = first_divergent_layer(target, job, sample, budget, session.opts.threads)
+            where = first_divergent_layer(target, job, sample, budget, fixed_threads(session.opts.threads))
     except Exception as exc:
         return {"diverged_at": None, "notes": [*job.notes, f"could not localize the divergence: {first_line(exc)}"]}
     if where is None:
@@ -530,8 +577,7 @@ def validate(opts: ConvertOptions, progress: Progress | None = None) -> ConvertR
         raise UsageError(f"{directory} has no exported.pt2: nothing to compare the artifacts against")
     config, flags = load_config(opts.config), parse_budget_flags(opts.budgets)
     base = _read_baseline(opts.baseline, config)
-    if opts.threads < 1 or opts.samples < 1:
-        raise UsageError("--threads and --samples must be at least 1")
+    check_threads_and_samples(opts)
     progress("loading exported.pt2")
     loaded = load_model(str(program_path))
     names = _manifest_input_names(directory)
@@ -566,7 +612,7 @@ def _revalidate_row(row: dict, directory: Path, session: _Session, config: dict,
     from edgeport.config import budget_for
     from edgeport.export.registry import get_target, target_names
 
-    row = {k: v for k, v in row.items() if k != "regressions"}
+    row = {k: v for k, v in row.items() if k not in ("regressions", "runner_choice")}
     if not row.get("artifact"):
         return row  # never converted (failed or skipped): nothing to judge again, keep what the report said
     if row["target"] not in target_names():
@@ -579,7 +625,8 @@ def _revalidate_row(row: dict, directory: Path, session: _Session, config: dict,
     if not path.is_file():
         return {**row, "status": "failed", "error": f"artifact missing: {row['artifact']}", "parity": None, "latency_ms": None}
     budget = budget_for(row["target"], row["variant"], config, flags)
-    judged = {**row, "size_bytes": path.stat().st_size, **judge_artifact(target, path, session, budget)}
+    judged = merge_verdict({**row, "size_bytes": path.stat().st_size, "notes": [n for n in row.get("notes") or []
+                            if not n.startswith("p50 ")]}, judge_artifact(target, path, session, budget))
     digest = sha256_of(path)
     if row.get("sha256") and digest != row["sha256"]:
         changed = f"sha256 {digest[:12]}… != recorded {row['sha256'][:12]}…"

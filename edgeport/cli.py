@@ -24,6 +24,19 @@ def fail_usage(message: str) -> None:
     raise typer.Exit(2)
 
 
+def parse_threads(text: str) -> int | str:
+    """--threads N or --threads auto; anything else is bad input (exit 2, before any heavy work)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        fail_usage(f"--threads must be a number >= 1 or 'auto', got {text!r}")
+    return value
+
+
 @app.command()
 def convert(
     model: str = typer.Argument(..., help="file.py:callable, package.module:callable, program.pt2 or hf:<dir|hub id>"),
@@ -32,7 +45,7 @@ def convert(
     quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant: fp16, dynamic-int8, weight-int8, int8 (litert), bf16 (tpu) (repeatable)"),
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. x:1x3x224x224:float32"),
     nhwc: bool = typer.Option(False, "--nhwc", help="channel-last (NHWC) image inputs in the LiteRT artifact"),
-    threads: int = typer.Option(1, "--threads", help="threads for every runtime and for the PyTorch reference"),
+    threads: str = typer.Option("1", "--threads", help="threads for every runtime and the PyTorch reference; 'auto': pick each target's runner and thread count by a short sweep"),
     samples: int = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones"),
     seed: int = typer.Option(0, "--seed", help="seed of the random parity samples"),
     data: Optional[str] = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs"),
@@ -55,7 +68,7 @@ def convert(
     from edgeport.api import convert as run_convert
 
     opts = ConvertOptions(model=model, out=out, targets=list(target), quantize=list(quantize), inputs=list(input),
-                          nhwc=nhwc, threads=threads, samples=samples, seed=seed, data=data,
+                          nhwc=nhwc, threads=parse_threads(threads), samples=samples, seed=seed, data=data,
                           calibration_data=calibration_data, latency=not no_latency, force=force, junit=junit,
                           config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len,
                           localize=localize, baseline=baseline, decompositions=decompositions,
@@ -68,7 +81,7 @@ def convert(
 @app.command()
 def validate(
     directory: Path = typer.Argument(..., help="an edgeport --out directory (report.json, manifest.json, exported.pt2)"),
-    threads: int = typer.Option(1, "--threads", help="threads for every runtime and for the PyTorch reference"),
+    threads: str = typer.Option("1", "--threads", help="threads for every runtime and the PyTorch reference; 'auto': pick each target's runner and thread count by a short sweep"),
     samples: int = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones"),
     seed: int = typer.Option(0, "--seed", help="seed of the random parity samples"),
     data: Optional[str] = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs"),
@@ -82,7 +95,7 @@ def validate(
     from edgeport.api import ConvertOptions
     from edgeport.api import validate as run_validate
 
-    opts = ConvertOptions(model=str(directory), out=directory, threads=threads, samples=samples, seed=seed, data=data,
+    opts = ConvertOptions(model=str(directory), out=directory, threads=parse_threads(threads), samples=samples, seed=seed, data=data,
                           latency=not no_latency, junit=junit, config=config, budgets=list(budget), baseline=baseline)
     result = _with_progress(lambda progress: run_validate(opts, progress))
     print_summary(result.report, result.out)

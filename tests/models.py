@@ -188,3 +188,19 @@ class CacheStep(nn.Module):
 def cache_step():
     torch.manual_seed(0)
     return CacheStep().eval(), (torch.randn(2, 4), torch.randn(2, 4))
+
+
+class CumSum(nn.Module):
+    """A linear layer (XNNPACK takes it) then a running sum (CUMSUM: XNNPACK does not)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cumsum(self.proj(x), dim=1)
+
+
+def cumsum():
+    torch.manual_seed(0)
+    return CumSum().eval(), (torch.randn(2, 8),)

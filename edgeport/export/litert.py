@@ -97,6 +97,12 @@ def _load_runner(path: Path, threads: int):
     return load(path, threads)
 
 
+def _load_compiled(path: Path, threads: int):
+    from edgeport.runtimes.litert import load_compiled
+
+    return load_compiled(path, threads)
+
+
 TARGET = Target(
     name="litert",
     description="LiteRT .tflite for Android, iOS and the web (litert-torch, ai-edge-litert)",
@@ -105,6 +111,7 @@ TARGET = Target(
     extra="litert",
     convert=convert,
     load_runner=_load_runner,
+    runners=(("interpreter", _load_runner), ("compiled_model", _load_compiled)),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
               "sort_by_rank", "scatter_add_onehot"),
     refuses=(

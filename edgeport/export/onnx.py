@@ -114,6 +114,7 @@ TARGET = Target(
     extra="onnx",
     convert=convert,
     load_runner=_load_runner,
+    runners=(("onnxruntime", _load_runner),),
     dynamic_dims=True,
     rewrites=("upcast_fp32", "inline_custom_ops"),
     refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),

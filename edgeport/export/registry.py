@@ -60,6 +60,18 @@ class Converted:
 
 
 @dataclass(frozen=True)
+class RunnerConfig:
+    """One way to run an artifact that ``--threads auto`` may pick: a runner name and a thread count."""
+
+    runner: str
+    threads: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.runner}/{self.threads}"
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     description: str
@@ -76,10 +88,25 @@ class Target:
     # Checks the CLI's target options (ConvertOptions.target_options) at plan time, before any heavy
     # work; raises UsageError (exit 2) on a bad value. Each target validates only its own keys.
     validate_options: Callable[[dict], None] = accept_any_options
+    # How the artifact can be run, for --threads auto: name -> loader(path, threads); the first is the one
+    # fixed --threads uses (load_runner). thread_sweep=False: the runtime ignores the thread count
+    # (XLA CPU sizes its own pool), so there is nothing to pick.
+    runners: tuple[tuple[str, Callable[[Path, int], Runner]], ...] = ()
+    thread_sweep: bool = True
 
     @property
     def default_variant(self) -> str:
         return self.variants[0]
+
+    def runner_configs(self, max_threads: int) -> list[RunnerConfig]:
+        """Every (runner, threads) ``--threads auto`` times on this machine."""
+        names = [name for name, _ in self.runners] or ["default"]
+        counts = range(1, max(1, max_threads) + 1) if self.thread_sweep else [max(1, max_threads)]
+        return [RunnerConfig(name, n) for name in names for n in counts]
+
+    def load_config(self, path: Path, config: RunnerConfig) -> Runner:
+        loaders = dict(self.runners)
+        return loaders.get(config.runner, self.load_runner)(path, config.threads)
 
     def missing_requirements(self) -> list[str]:
         return [m for m in self.requires if importlib.util.find_spec(m) is None]

@@ -4,6 +4,9 @@ It undoes what the .tflite changes about the program's I/O, so parity compares l
 outputs come back keyed ``output_N`` sorted as strings (restored to numeric order); int64 inputs became
 int32; static int8 models take and give int8 (quantized/dequantized with the tensor's scale/zero-point);
 ``--nhwc`` models take channel-last images (NCHW samples are transposed).
+
+Two ways to run the same file: the classic Interpreter (XNNPACK applied by default; its node list tells
+which ops stayed outside the delegate) and the newer CompiledModel API on CPU. ``--threads auto`` times both.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class LiteRTRunner:
 
         self.threads = threads
         self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        self.interpreter.allocate_tensors()  # applies XNNPACK now (lazily otherwise), so details() sees it
         self.runner = self.interpreter.get_signature_runner()
         self.inputs = sorted(self.runner.get_input_details().items(), key=lambda kv: _order_key(kv[0]))
         self.outputs = sorted(self.runner.get_output_details().items(), key=lambda kv: _order_key(kv[0]))
@@ -37,6 +41,84 @@ class LiteRTRunner:
 
     def io(self) -> dict:
         return {"inputs": [_describe(n, d) for n, d in self.inputs], "outputs": [_describe(n, d) for n, d in self.outputs]}
+
+    def details(self) -> dict:
+        """Report fields: the ops XNNPACK left to the plain CPU kernels (op -> count)."""
+        return {"not_delegated": not_delegated(self.interpreter)}
+
+    def why_slow(self, details: dict) -> str | None:
+        """Why this artifact may run slower than PyTorch eager, for the report's notes."""
+        ops = details.get("not_delegated") or {}
+        if not ops:
+            return None
+        listed = ", ".join(f"{op} x{n}" for op, n in ops.items())
+        return f"ops not delegated to XNNPACK (run on the reference CPU kernels): {listed}"
+
+
+def not_delegated(interpreter) -> dict[str, int]:
+    """Ops of subgraph 0 that no delegate took, as ``{op: count}``.
+
+    After delegation the node list holds the original nodes followed by one ``DELEGATE`` node per partition,
+    and the execution plan is not exposed to Python. A node belongs to a partition when walking back from
+    the partition's outputs reaches it before the partition's inputs; every other original node still runs
+    on its own kernel.
+    """
+    wrapper = interpreter._interpreter
+    names = [wrapper.NodeName(i) for i in range(wrapper.NumNodes())]
+    delegates = [i for i, name in enumerate(names) if name == "DELEGATE"]
+    originals = [i for i, name in enumerate(names) if name != "DELEGATE"]
+    producer = {int(t): i for i in originals for t in wrapper.NodeOutputs(i)}
+    taken: set[int] = set()
+    for d in delegates:
+        boundary = {int(t) for t in wrapper.NodeInputs(d)}
+        frontier = [int(t) for t in wrapper.NodeOutputs(d)]
+        while frontier:
+            tensor = frontier.pop()
+            node = producer.get(tensor)
+            if tensor in boundary or node is None or node in taken:
+                continue
+            taken.add(node)
+            frontier.extend(int(t) for t in wrapper.NodeInputs(node) if t != -1)
+    counts: dict[str, int] = {}
+    for i in originals:
+        if i not in taken:
+            counts[names[i]] = counts.get(names[i], 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+class CompiledModelRunner(LiteRTRunner):
+    """The same artifact through LiteRT's CompiledModel API (CPU accelerator, XNNPACK inside).
+
+    I/O conversion is the Interpreter runner's (its signature details carry the quantization the
+    CompiledModel's details do not); only ``run`` goes through the compiled model's tensor buffers.
+    """
+
+    def __init__(self, path: Path, threads: int):
+        from ai_edge_litert.compiled_model import CompiledModel
+        from ai_edge_litert.cpu_options import CpuOptions
+        from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+        from ai_edge_litert.options import Options
+
+        super().__init__(path, 1)
+        self.threads = threads
+        options = Options(hardware_accelerators=HardwareAccelerator.CPU, cpu_options=CpuOptions(num_threads=threads))
+        self.model = CompiledModel.from_file(str(path), options=options)
+        signature = next(iter(self.model.get_signature_list().values()))
+        self.input_buffers = self.model.create_input_buffers(0)
+        self.output_buffers = self.model.create_output_buffers(0)
+        self.input_slots = [signature["inputs"].index(name) for name, _ in self.inputs]
+        self.output_slots = [signature["outputs"].index(name) for name, _ in self.outputs]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for slot, (_, detail), array in zip(self.input_slots, self.inputs, inputs):
+            self.input_buffers[slot].write(_to_runtime(array, detail))
+        self.model.run_by_index(0, self.input_buffers, self.output_buffers)
+        results = []
+        for slot, (_, detail) in zip(self.output_slots, self.outputs):
+            shape = tuple(int(s) for s in detail["shape"])
+            flat = self.output_buffers[slot].read(int(np.prod(shape)), np.dtype(detail["dtype"]))
+            results.append(_from_runtime(np.asarray(flat).reshape(shape).copy(), detail))
+        return results
 
 
 def _quant(detail) -> tuple[float, int] | None:
@@ -71,3 +153,7 @@ def _describe(name: str, detail) -> dict:
 
 def load(path: Path, threads: int = 1) -> LiteRTRunner:
     return LiteRTRunner(Path(path), threads)
+
+
+def load_compiled(path: Path, threads: int = 1) -> CompiledModelRunner:
+    return CompiledModelRunner(Path(path), threads)
