@@ -58,7 +58,7 @@ def main() -> None:
     from edgeport.export.registry import get_target
 
     print(f"cores: {os.cpu_count()}")
-    print(f"{"model":<38} {'target':<7} {'auto pick':<18} {'best (exhaustive)':<18} {'pick p50':>9} {'best p50':>9} {'ratio':>6}")
+    print(f"{'model':<38} {'target':<7} {'auto pick':<18} {'best (exhaustive)':<18} {'pick p50':>9} {'best p50':>9} {'ratio':>6}")
     worst = 1.0
     for spec in MODELS:
         with tempfile.TemporaryDirectory() as tmp:
@@ -76,7 +76,7 @@ def main() -> None:
                 ratio = sweep[pick] / sweep[best]
                 worst = max(worst, ratio)
                 print(f"{spec:<38} {row['target']:<7} {pick:<18} {best:<18} {sweep[pick]:>9.4f} {sweep[best]:>9.4f} {ratio:>6.3f}")
-                print(f"{'':<34} {'':<7} exhaustive p50s (ms): " + ", ".join(f"{k} {v:.4f}" for k, v in sweep.items()))
+                print(f"{'':<38} {'':<7} exhaustive p50s (ms): " + ", ".join(f"{k} {v:.4f}" for k, v in sweep.items()))
     print(f"worst pick/best ratio: {worst:.3f} (goal <= 1.05) -> {'OK' if worst <= 1.05 else 'OVER'}")
 
 
