@@ -387,7 +387,8 @@ def judge_artifact(target, artifact: Path, session: _Session, budget: dict) -> d
         if session.opts.threads == "auto":
             from edgeport.validate.autotune import pick_runner
 
-            runner, picked = pick_runner(target, artifact, session.samples[0])
+            with tempfile.TemporaryDirectory() as logs, converter_output_to(Path(logs) / "sweep.log"):
+                runner, picked = pick_runner(target, artifact, session.samples[0])  # runtimes' C++ chatter
             choice = {"runner_choice": picked}
         else:
             runner = target.load_runner(artifact, session.opts.threads)

@@ -50,11 +50,13 @@ def test_slow_note_names_the_undelegated_ops(cumsum_auto):
 
 @pytest.mark.parametrize("target,runners", [("litert", {"interpreter", "compiled_model"}), ("onnx", {"onnxruntime"})])
 def test_threads_auto_sweeps_and_uses_the_pick(cumsum_auto, target, runners):
+    from edgeport.export.registry import thread_counts
+
     _, report = cumsum_auto
     row = next(r for r in report["targets"] if r["target"] == target)
     choice = row["runner_choice"]
     cores = os.cpu_count()
-    expected = {f"{name}/{n}" for name in runners for n in range(1, cores + 1)}
+    expected = {f"{name}/{n}" for name in runners for n in thread_counts(cores)}
     assert set(choice["sweep"]) == expected
     timed = {label: v["p50"] for label, v in choice["sweep"].items() if "p50" in v}
     assert f"{choice['runner']}/{choice['threads']}" == min(timed, key=timed.get)
@@ -92,6 +94,13 @@ def test_targets_without_a_thread_knob_have_nothing_to_pick():
 
     assert [c.label for c in get_target("tpu").runner_configs(4)] == ["xla_cpu/4"]
     assert len(get_target("onnx").runner_configs(4)) == 4
+
+
+def test_thread_counts_stay_few_on_big_machines():
+    from edgeport.export.registry import thread_counts
+
+    assert thread_counts(1) == [1] and thread_counts(2) == [1, 2] and thread_counts(6) == [1, 2, 3, 4, 6]
+    assert thread_counts(64) == [1, 2, 3, 4, 8, 16, 32, 64]
 
 
 @pytest.mark.parametrize("value", ["0", "many", "-2"])

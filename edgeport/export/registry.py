@@ -101,7 +101,7 @@ class Target:
     def runner_configs(self, max_threads: int) -> list[RunnerConfig]:
         """Every (runner, threads) ``--threads auto`` times on this machine."""
         names = [name for name, _ in self.runners] or ["default"]
-        counts = range(1, max(1, max_threads) + 1) if self.thread_sweep else [max(1, max_threads)]
+        counts = thread_counts(max_threads) if self.thread_sweep else [max(1, max_threads)]
         return [RunnerConfig(name, n) for name in names for n in counts]
 
     def load_config(self, path: Path, config: RunnerConfig) -> Runner:
@@ -114,6 +114,13 @@ class Target:
     @property
     def install_hint(self) -> str:
         return f"pip install 'edgeport[{self.extra}]'"
+
+
+def thread_counts(max_threads: int) -> list[int]:
+    """Thread counts worth timing: 1..4, then powers of two, then all cores — every count on a small
+    machine, a sweep that stays short on a 64-core one."""
+    top = max(1, max_threads)
+    return sorted({*range(1, min(4, top) + 1), *(2 ** k for k in range(2, top.bit_length())), top})
 
 
 def get_target(name: str) -> Target:

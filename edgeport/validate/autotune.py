@@ -8,6 +8,7 @@ is then measured like any fixed --threads runner, so the report's latency is nev
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -45,4 +46,6 @@ def pick_runner(target, artifact: Path, sample: list, seconds: float = SWEEP_SEC
     if best is None:
         raise error or RuntimeError("no runner to pick from")
     runner, config, _ = best
+    best = None
+    gc.collect()  # release the losing runners (and their native logs) now, not at exit
     return runner, {"runner": config.runner, "threads": config.threads, "sweep": sweep if len(configs) > 1 else {}}
