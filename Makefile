@@ -8,7 +8,8 @@ venv:
 	@echo $(VENV)
 
 demo:
-	$(PY) -m edgeport convert samples/models/tiny_cnn.py:build --target litert --quantize fp16 --quantize int8 --out dist/demo --force
+	$(PY) -m edgeport convert samples/models/tiny_cnn.py:build --target litert --target tpu --target onnx \
+		--quantize fp16 --quantize int8 --quantize bf16 --out dist/demo --force
 
 test:
 	bash scripts/web-deps.sh

@@ -320,7 +320,8 @@ def run_row(target, variant: str, session: _Session, staging: Path, budget: dict
                size_bytes=converted.artifact.stat().st_size, sha256=sha256_of(converted.artifact), notes=job.notes,
                **converted.details)
     start = time.perf_counter()
-    verdict = judge_artifact(target, converted.artifact, session, budget)
+    with converter_output_to(out_dir / f"convert_{variant}.log"):  # runtimes log too (e.g. delegate creation)
+        verdict = judge_artifact(target, converted.artifact, session, budget)
     if verdict.get("parity") and not verdict["parity"]["passed"] and session.opts.localize:
         verdict = {**verdict, **localize(target, job, session, budget, verdict["parity"])}
     merge_verdict(row, verdict)
@@ -341,12 +342,13 @@ def timed(timings: dict, name: str):
 
 @contextlib.contextmanager
 def converter_output_to(log_path: Path):
-    """Converters print progress and C++ logs on stdout/stderr; send both (at the fd level, where C++ writes)
-    to a log beside the artifact so the terminal shows edgeport's own output. Empty logs are removed."""
+    """Converters and runtimes print progress and C++ logs on stdout/stderr; send both (at the fd level, where
+    C++ writes) to a log beside the artifact so the terminal shows edgeport's own output. Appends; an empty
+    log is removed."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
