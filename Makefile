@@ -19,3 +19,4 @@ bench:
 	$(PY) bench/litert_overhead.py
 	$(PY) bench/onnx_vs_eager.py
 	$(PY) bench/tpu.py
+	$(PY) bench/threads_auto.py
