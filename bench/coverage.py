@@ -163,11 +163,20 @@ def raw_tpu(module, args, kwargs, workdir: Path):
     program = torch.export.export(module, args, kwargs, strict=False)
     weights, fn = torchax.export.exported_program_to_jax(program)
     jitted = jax.jit(fn)
-    jax_args = tuple(jax.numpy.asarray(t.numpy()) for t in _flat_tensors((args, kwargs)))
+    jax_args = tuple(_to_jax(t) for t in _flat_tensors((args, kwargs)))
     jitted(weights, jax_args)
     seconds = time.perf_counter() - start
     run = lambda: jax.block_until_ready(jitted(weights, jax_args))  # noqa: E731
     return seconds, run, run
+
+
+def _to_jax(t):
+    """numpy has no bfloat16: go through float32 and cast back (jax has the dtype), as a jax user would."""
+    import jax
+
+    if str(t.dtype) == "torch.bfloat16":
+        return jax.numpy.asarray(t.float().numpy()).astype(jax.numpy.bfloat16)
+    return jax.numpy.asarray(t.numpy())
 
 
 RAW_PATHS = {"litert": raw_litert, "onnx": raw_onnx, "tpu": raw_tpu}
