@@ -368,7 +368,11 @@ NOTES = {
     "tpu": [
         "raw tpu = torchax + jax.jit on the CPU backend (what parity needs); edgeport additionally runs jax.export "
         "and 3 libtpu AOT compiles (v5e:1x1, v5e:2x2, v6e:1x1), so its convert seconds and RSS are not like for like "
-        "with raw here; bench/multi_target.py compares against a raw path that does the same compiles.",
+        "with raw here; bench/multi_target.py compares against a raw path that does the same compiles. "
+        "mobilenet_v2 was re-run with the AOT seconds recorded: without them edgeport's convert is 0.59x raw; the raw "
+        "path WITH the same 3 compiles (`python bench/multi_target.py --raw tpu bench/zoo.py:mobilenet_v2 DIR` under "
+        "/usr/bin/time) peaked at 1615 MiB vs edgeport's 1851 MiB (1.15x; edgeport also holds the eager reference "
+        "and parity samples). The libtpu compiles dominate: ResNet-50 426 s of 452 s wall on this loaded 2-core host.",
         "Raw failures on tpu: MoE (grouped_mm), HF BERT called with None token_type_ids (class 7), custom ops, "
         "Conv2d(padding='valid') ('immutable_list' mutation, class 10: edgeport's conv_padding_numeric pass). "
         "No failure class is left that a further pass in tpu's rewrites would fix; the opaque custom op is "
