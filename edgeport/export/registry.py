@@ -49,7 +49,8 @@ class ConvertJob:
     signature: Any                    # edgeport.export.program.Signature
     variant: str
     out_dir: Path                     # DIR/<target>/ inside the temporary output directory
-    options: dict = field(default_factory=dict)       # --nhwc, calibration samples, topologies, ...
+    options: dict = field(default_factory=dict)       # --nhwc, calibration samples, topologies, ...;
+    # "artifact_only": True asks for just a runnable artifact (targets may skip extra work such as AOT compiles)
     notes: list[str] = field(default_factory=list)    # warnings that belong in the report
 
 

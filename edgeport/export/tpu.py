@@ -213,14 +213,16 @@ def convert(job: ConvertJob) -> Converted:
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
         lower_seconds = time.perf_counter() - start
-        compiles = [compile_for_topology(t, lowered, out) for t in topologies_of(job.options)]
+        # artifact_only: a caller (e.g. parity localization) needs only something to run, not the TPU compiles
+        topologies = [] if job.options.get("artifact_only") else topologies_of(job.options)
+        compiles = [compile_for_topology(t, lowered, out) for t in topologies]
     _write_artifact(out, job, exported, lowered, precision, compiles)
     _add_notes(job, lowered, compiles)
     host = tpu_host_status()
     details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
                "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
-    if host["tpu_present"]:
+    if host["tpu_present"] and not job.options.get("artifact_only"):
         details["tpu_measured"] = measure_on_tpu_host(job, out)
     return Converted(out / EXPORT_FILE, details)
 
