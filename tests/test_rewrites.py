@@ -145,8 +145,8 @@ def test_opaque_custom_op_is_named_with_its_call_site():
 
     module, args = models.opaque_op()
     program = export(module, *args)
-    with pytest.raises(R.RewriteFailed, match="inline_custom_ops"):
-        R.apply_rewrites(program, args, ["inline_custom_ops"])
+    untouched = R.apply_rewrites(program, args, ["inline_custom_ops"])  # a numpy body is probed on meta, not traced
+    assert untouched.applied == [] and untouched.program is program
     [line] = R.describe_custom_ops(program)
     assert "edgeport_tests::np_square" in line and "models.py" in line and "--decompositions" in line
     fixed = R.apply_rewrites(program, args, [], {"edgeport_tests::np_square": lambda x: x * x})

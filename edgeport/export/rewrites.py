@@ -285,7 +285,29 @@ def inline_custom_op(_gm, node) -> bool:
     opdef = custom_op_definition(node)
     if opdef is None:
         return False
-    node.target = opdef._backend_fns.get("cpu") or opdef._init_fn
+    body = opdef._backend_fns.get("cpu") or opdef._init_fn
+    if not runs_on_meta(body, node):
+        return False
+    node.target = body
+    return True
+
+
+def runs_on_meta(body, node) -> bool:
+    """Probe the body on meta tensors before inlining it. A body that leaves torch (``x.numpy()``, C
+    extensions) must never be traced with fake tensors: numpy would read a fake tensor's non-existent data
+    (seen: bad_alloc and segfaults later in the process). On meta tensors it fails cleanly instead."""
+    import torch
+
+    def meta(arg):
+        val = arg.meta.get("val") if hasattr(arg, "meta") else None
+        if isinstance(val, torch.Tensor):
+            return torch.empty(val.shape, dtype=val.dtype, device="meta")
+        return arg
+
+    try:
+        body(*[meta(a) for a in node.args], **{k: meta(v) for k, v in node.kwargs.items()})
+    except Exception:
+        return False
     return True
 
 
