@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import subprocess
 import sys
@@ -344,7 +345,7 @@ def main() -> None:
                 raw = raw_row(name, target, timeout, Path(tmp))
                 results[f"{name}|{target}"] = {"model": name, "covers": covers, "target": target, "edgeport": ep, "raw": raw}
                 print(f"{name:18s} {target:7s} edgeport={ep['status']:10s} raw={raw['status']}", flush=True)
-                ns.results.write_text(json.dumps(results, indent=1, default=str))
+                ns.results.write_text(scrub_paths(json.dumps(results, indent=1, default=str)))
     write_markdown(results)
 
 
@@ -379,6 +380,14 @@ NOTES = {
         "diagnosed with the --decompositions hint.",
     ],
 }
+
+
+def scrub_paths(text: str) -> str:
+    """Results name files relative to the repository or site-packages, never this machine's paths."""
+    text = re.sub(r"/\S*?/site-packages/", "<site-packages>/", text)
+    text = text.replace(str(HERE.parent) + "/", "")
+    text = re.sub(r"/\S*?/(bench|tests|samples)/", r"\1/", text)
+    return re.sub(r"/(?:root|home|work|tmp)/[^\s\"'`]*", "<path>", text)  # what truncation left of a path
 
 
 def write_markdown(results: dict) -> None:
@@ -444,7 +453,7 @@ def write_markdown(results: dict) -> None:
                 if r[side].get("error") and r[side]["status"] != "ok":
                     lines.append(f"- {r['model']} {side}: `{r[side]['error'][:400]}`")
         lines.append("")
-    (HERE / "COVERAGE.md").write_text("\n".join(lines) + "\n")
+    (HERE / "COVERAGE.md").write_text(scrub_paths("\n".join(lines) + "\n"))
 
 
 if __name__ == "__main__":
