@@ -115,6 +115,9 @@ def _import_file(path_text: str):
     path = Path(path_text)
     if not path.is_file():
         raise UsageError(f"model file not found: {path_text}")
+    loaded = already_imported(path)
+    if loaded is not None:
+        return loaded
     name = f"edgeport_user_{abs(hash(path.resolve()))}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
@@ -125,7 +128,20 @@ def _import_file(path_text: str):
         raise UsageError(f"importing {path_text} raised {type(exc).__name__}: {exc}") from exc
     finally:
         sys.path.remove(str(path.resolve().parent))
+    sys.modules[name] = module
     return module
+
+
+def already_imported(path: Path):
+    """The module this process already imported from ``path``, if any. Executing a model file twice in one
+    process (a notebook, a test suite, a second convert) would register its ``torch.library`` custom ops a
+    second time; torch then keeps kernels of the first, now unreferenced definition (seen: segfaults)."""
+    resolved = path.resolve()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and Path(file).resolve() == resolved:
+            return module
+    return None
 
 
 def _import_module(name: str):

@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+# Imported once, first: in-process conversions of tests/models.py then reuse this module instead of executing
+# the file again, which would register its torch.library custom op twice (torch crashes on that).
+import models  # noqa: F401,E402
+
 REPO = Path(__file__).resolve().parents[1]
 REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
