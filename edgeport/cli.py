@@ -18,6 +18,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Export a PyTorch model once, convert it for LiteRT / TPU / ONNX, and prove every artifact.")
 
 
+# Options shared by several commands: one definition, so their flags and help cannot drift apart.
+THREADS_OPTION = typer.Option("1", "--threads", help="threads for every runtime and the PyTorch reference; 'auto': pick each target's runner and thread count by a short sweep")
+SAMPLES_OPTION = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones")
+SEED_OPTION = typer.Option(0, "--seed", help="seed of the random parity samples")
+DATA_OPTION = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs")
+NO_LATENCY_OPTION = typer.Option(False, "--no-latency", help="skip latency measurement")
+CONFIG_OPTION = typer.Option(None, "--config", help="edgeport.toml (default: ./edgeport.toml or [tool.edgeport] in ./pyproject.toml)")
+BUDGET_OPTION = typer.Option([], "--budget", help="parity budget override [TARGET.][VARIANT.]KEY=VALUE")
+SEQ_LEN_OPTION = typer.Option(16, "--seq-len", help="hf: text models' example sequence length")
+BASELINE_OPTION = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one")
+
+
 def fail_usage(message: str) -> None:
     """Bad input: one line on stderr, exit 2, never a traceback."""
     typer.echo(f"edgeport: error: {message}", err=True)
@@ -45,20 +57,20 @@ def convert(
     quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant: fp16, dynamic-int8, weight-int8, int8 (litert), bf16 (tpu) (repeatable)"),
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. x:1x3x224x224:float32"),
     nhwc: bool = typer.Option(False, "--nhwc", help="channel-last (NHWC) image inputs in the LiteRT artifact"),
-    threads: str = typer.Option("1", "--threads", help="threads for every runtime and the PyTorch reference; 'auto': pick each target's runner and thread count by a short sweep"),
-    samples: int = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones"),
-    seed: int = typer.Option(0, "--seed", help="seed of the random parity samples"),
-    data: Optional[str] = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs"),
+    threads: str = THREADS_OPTION,
+    samples: int = SAMPLES_OPTION,
+    seed: int = SEED_OPTION,
+    data: Optional[str] = DATA_OPTION,
     calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="int8 calibration inputs (same forms as --data)"),
-    no_latency: bool = typer.Option(False, "--no-latency", help="skip latency measurement"),
+    no_latency: bool = NO_LATENCY_OPTION,
     force: bool = typer.Option(False, "--force", help="replace a non-empty --out"),
     junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in --out)"),
-    config: Optional[Path] = typer.Option(None, "--config", help="edgeport.toml (default: ./edgeport.toml or [tool.edgeport] in ./pyproject.toml)"),
-    budget: List[str] = typer.Option([], "--budget", help="parity budget override [TARGET.][VARIANT.]KEY=VALUE"),
+    config: Optional[Path] = CONFIG_OPTION,
+    budget: List[str] = BUDGET_OPTION,
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head: auto (config's architecture), base, text-classification, causal-lm, ..."),
-    seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
+    seq_len: int = SEQ_LEN_OPTION,
     localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
+    baseline: Optional[Path] = BASELINE_OPTION,
     decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS = {'ns::op': fn} for custom ops"),
     tpu_topology: List[str] = typer.Option([], "--tpu-topology", help="tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default v5e:1x1, v5e:2x2, v6e:1x1)"),
     dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the tpu artifact keeps it, the report says where"),
@@ -81,15 +93,15 @@ def convert(
 @app.command()
 def validate(
     directory: Path = typer.Argument(..., help="an edgeport --out directory (report.json, manifest.json, exported.pt2)"),
-    threads: str = typer.Option("1", "--threads", help="threads for every runtime and the PyTorch reference; 'auto': pick each target's runner and thread count by a short sweep"),
-    samples: int = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones"),
-    seed: int = typer.Option(0, "--seed", help="seed of the random parity samples"),
-    data: Optional[str] = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs"),
-    no_latency: bool = typer.Option(False, "--no-latency", help="skip latency measurement"),
+    threads: str = THREADS_OPTION,
+    samples: int = SAMPLES_OPTION,
+    seed: int = SEED_OPTION,
+    data: Optional[str] = DATA_OPTION,
+    no_latency: bool = NO_LATENCY_OPTION,
     junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in DIR)"),
-    config: Optional[Path] = typer.Option(None, "--config", help="edgeport.toml (default: ./edgeport.toml or [tool.edgeport] in ./pyproject.toml)"),
-    budget: List[str] = typer.Option([], "--budget", help="parity budget override [TARGET.][VARIANT.]KEY=VALUE"),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
+    config: Optional[Path] = CONFIG_OPTION,
+    budget: List[str] = BUDGET_OPTION,
+    baseline: Optional[Path] = BASELINE_OPTION,
 ) -> None:
     """Re-run parity and latency on the artifacts in DIR (no conversion) and update its report."""
     from edgeport.api import ConvertOptions
@@ -106,7 +118,7 @@ def validate(
 def report(
     directory: Path = typer.Argument(..., help="an edgeport --out directory holding report.json"),
     format: List[str] = typer.Option(["md", "html"], "--format", "-f", help="md, html or junit (repeatable)"),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one"),
+    baseline: Optional[Path] = BASELINE_OPTION,
     config: Optional[Path] = typer.Option(None, "--config", help="edgeport.toml with [baseline] thresholds"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the one --format here instead of DIR"),
 ) -> None:
@@ -124,7 +136,7 @@ def check(
     target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to check (repeatable)"),
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH]"),
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head"),
-    seq_len: int = typer.Option(16, "--seq-len", help="hf: text models' example sequence length"),
+    seq_len: int = SEQ_LEN_OPTION,
     decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS"),
 ) -> None:
     """Before converting: which ops each target will refuse and which rewrite fixes them (exit 1 if unfixable)."""

@@ -295,11 +295,10 @@ def test_worker_env_drops_compile_only_settings(monkeypatch):
     assert env["TPU_SKIP_MDS_QUERY"] == "1" and env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
 
 
-def test_no_tpu_here_detection():
+def test_no_tpu_here_detection(monkeypatch):
     from edgeport.runtimes.torch_tpu import FAKE_DEVICE_ENV, tpu_host_status
 
-    if os.environ.get(FAKE_DEVICE_ENV):
-        pytest.skip(f"{FAKE_DEVICE_ENV} is set")
+    monkeypatch.delenv(FAKE_DEVICE_ENV, raising=False)  # the real check, not the test hook
     status = tpu_host_status()
     if status["tpu_present"]:
         pytest.skip("this host has a TPU")
