@@ -228,13 +228,13 @@ def do_verify(name: str, target: str, out_dir: Path) -> dict:
     """Run edgeport's artifact on 3 new random inputs (seed 123) against eager; an error over the budget the
     report used means edgeport's exit 0 was a lie."""
     from edgeport.export.registry import get_target
-    from edgeport.model_source import load_model
+    from edgeport.sources import SourceOptions, load_model
     from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs, to_numpy
     from edgeport.validate.data import make_samples
 
     report = json.loads((out_dir / "report.json").read_text())
     row = next(r for r in report["targets"] if r["target"] == target)
-    loaded = load_model(f"{HERE / 'zoo.py'}:{name}")
+    loaded = load_model(SourceOptions(model=f"{HERE / 'zoo.py'}:{name}"))
     example = [to_numpy(x) for x in flatten_inputs(loaded.example_inputs)]
     samples = make_samples(example, 4, 123)[1:]
     dtypes = [str(x.dtype).removeprefix("torch.") for x in flatten_inputs(loaded.example_inputs)]

@@ -26,7 +26,7 @@ def main() -> None:
     print(f"{'model':12} {'row':22} {'p50 ms':>9} {'eager ms':>9} {'vs eager':>9} {'max_rel_err':>12}")
     for name in ("cnn", "mlp", "transformer", "two_io"):
         with tempfile.TemporaryDirectory() as tmp:
-            opts = api.ConvertOptions(model=f"{ROOT / 'tests' / 'models.py'}:{name}", out=Path(tmp) / "out",
+            opts = api.convert_options(model=f"{ROOT / 'tests' / 'models.py'}:{name}", out=Path(tmp) / "out",
                                       targets=["onnx", "litert"], quantize=["dynamic-int8"], threads=args.threads)
             report = api.convert(opts).report
         eager = report["reference"]["latency_ms"]["p50"]

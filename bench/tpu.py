@@ -29,12 +29,12 @@ def bench_model(spec: str, topologies: list[str], threads: int, tmp: Path) -> di
     from edgeport.export.program import export_program, signature_of
     from edgeport.export.registry import ConvertJob
     from edgeport.export.tpu import TARGET
-    from edgeport.model_source import load_model
+    from edgeport.sources import SourceOptions, load_model
     from edgeport.runtimes.jax_xla import JaxXlaRunner
     from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs, to_numpy
     from edgeport.validate.latency import measure
 
-    loaded = load_model(str(REPO / spec) if ".py:" in spec else spec, [], "auto", 16)
+    loaded = load_model(SourceOptions(model=str(REPO / spec) if ".py:" in spec else spec))
     start = time.perf_counter()
     program = export_program(loaded.module, loaded.example_inputs)
     export_seconds = time.perf_counter() - start

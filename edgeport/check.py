@@ -23,28 +23,24 @@ class Finding:
         return bool(self.fixed_by)
 
 
-def check(model: str, targets: list[str], inputs: list[str], hf_task: str = "auto", seq_len: int = 16,
-          decompositions: str | None = None) -> tuple[list[Finding], list[str]]:
-    """(findings, module rewrites applied). Raises UsageError for bad input, ExportFailed if export fails."""
-    from edgeport.errors import UsageError
+def check(source, targets: list[str]) -> tuple[list[Finding], list[str]]:
+    """(findings, module rewrites applied) for ``source`` (SourceOptions). Raises UsageError for bad input,
+    ExportFailed if export fails. Library output goes to a temporary capture, not the terminal."""
     from edgeport.export.program import export_program
-    from edgeport.export.registry import get_target, target_names
-    from edgeport.export.rewrites import apply_module_rewrites, load_decompositions
-    from edgeport.model_source import load_model, parse_input_spec
-
-    unknown = [t for t in targets if t not in target_names()]
-    if unknown:
-        raise UsageError(f"unknown target {unknown[0]!r}; known targets: {', '.join(target_names())}")
-    table = load_decompositions(decompositions) if decompositions else {}
-    loaded = load_model(model, [parse_input_spec(t) for t in inputs], hf_task, seq_len)
-    module_rewrites = apply_module_rewrites(loaded.module)
-    program = loaded.program or export_program(loaded.module, loaded.example_inputs)
+    from edgeport.export.rewrites import apply_module_rewrites
+    from edgeport.pipeline.plan import load_user_decompositions, requested_targets
+    from edgeport.pipeline.proc import redirected
     from edgeport.runtimes.torch_eager import flatten_inputs
+    from edgeport.sources import load_model
 
-    example = flatten_inputs(loaded.example_inputs)
-    findings = []
-    for name in dict.fromkeys(targets):
-        findings += check_target(get_target(name), program, example, table)
+    chosen = requested_targets(targets)
+    with redirected():
+        table = load_user_decompositions(source.decompositions)
+        loaded = load_model(source)
+        module_rewrites = apply_module_rewrites(loaded.module)
+        program = loaded.program or export_program(loaded.module, loaded.example_inputs)
+        example = flatten_inputs(loaded.example_inputs)
+        findings = [f for target in chosen for f in check_target(target, program, example, table)]
     return findings, module_rewrites
 
 

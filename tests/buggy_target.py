@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.export.registry import Converted, Target
+from edgeport.runtimes.base import BaseRunner
 
 
 def convert(job):
@@ -16,11 +17,13 @@ def convert(job):
     return Converted(path)
 
 
-class BuggyRunner:
+class BuggyRunner(BaseRunner):
+    name = "fx_interpreter"
+
     def __init__(self, path: Path, threads: int):
         import torch
 
-        self.threads = threads
+        super().__init__(path, threads)
         self.module = torch.export.load(path).module()
 
     def run(self, inputs):
@@ -36,9 +39,7 @@ class BuggyRunner:
             out = WrongTanh(self.module).run(*[torch.from_numpy(np.asarray(x)) for x in inputs])
         return [t.numpy() for t in (out if isinstance(out, (tuple, list)) else [out])]
 
-    def io(self):
-        return {}
 
 
 TARGET = Target(name="buggy", description="test backend with a wrong tanh", variants=("fp32",), requires=("torch",),
-                extra="dev", convert=convert, load_runner=lambda path, threads: BuggyRunner(path, threads))
+                extra="dev", convert=convert, runners=(BuggyRunner,))

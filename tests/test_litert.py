@@ -138,7 +138,7 @@ def test_perturbed_artifact_fails_parity(tmp_path, monkeypatch):
         return converted
 
     monkeypatch.setattr(litert, "TARGET", dataclasses.replace(litert.TARGET, convert=tampering_convert))
-    result = api.convert(api.ConvertOptions(model=f"{MODELS}:mlp", out=tmp_path / "out", latency=False))
+    result = api.convert(api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", latency=False))
     assert result.exit_code == 1
     row = result.report["targets"][0]
     assert row["status"] == "failed" and row["error"].startswith("parity:")

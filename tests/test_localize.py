@@ -22,7 +22,7 @@ def test_layers_follow_leaf_modules_in_graph_order():
 
 def test_wrong_kernel_is_localized_to_its_layer(tmp_path, monkeypatch):
     monkeypatch.setitem(registry.TARGET_MODULES, "buggy", "buggy_target")
-    result = api.convert(api.ConvertOptions(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["buggy"], latency=False))
+    result = api.convert(api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["buggy"], latency=False))
     assert result.exit_code == 1
     validate_report(result.report)
     row = result.report["targets"][0]
@@ -33,6 +33,6 @@ def test_wrong_kernel_is_localized_to_its_layer(tmp_path, monkeypatch):
 
 def test_localize_can_be_turned_off(tmp_path, monkeypatch):
     monkeypatch.setitem(registry.TARGET_MODULES, "buggy", "buggy_target")
-    opts = api.ConvertOptions(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["buggy"], latency=False, localize=False)
+    opts = api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["buggy"], latency=False, localize=False)
     row = api.convert(opts).report["targets"][0]
     assert row["status"] == "failed" and "diverged_at" not in row

@@ -13,7 +13,7 @@ MODELS = REPO / "tests" / "models.py"
 def _convert(tmp_path, model, **kwargs):
     from edgeport import api
 
-    opts = api.ConvertOptions(model=model, out=tmp_path / "out", targets=["onnx"], latency=False, **kwargs)
+    opts = api.convert_options(model=model, out=tmp_path / "out", targets=["onnx"], latency=False, **kwargs)
     result = api.convert(opts)
     validate_report(result.report)
     return result
@@ -95,7 +95,7 @@ def test_tampered_weights_fail_parity(tmp_path, monkeypatch):
         return converted
 
     monkeypatch.setattr(onnx_target, "TARGET", dataclasses.replace(onnx_target.TARGET, convert=tampering_convert))
-    result = api.convert(api.ConvertOptions(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["onnx"], latency=False))
+    result = api.convert(api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["onnx"], latency=False))
     row = result.report["targets"][0]
     assert result.exit_code == 1 and row["status"] == "failed" and row["error"].startswith("parity:")
 

@@ -35,7 +35,7 @@ def test_fully_delegated_model_has_nothing_to_report(tmp_path):
 
 
 def test_slow_note_names_the_undelegated_ops(cumsum_auto):
-    from edgeport.api import slower_than_eager
+    from edgeport.pipeline.row import slower_than_eager
     from edgeport.runtimes.litert import load
 
     out, report = cumsum_auto

@@ -10,7 +10,9 @@ import numpy as np
 
 from conftest import REPO, read_report, run_cli, validate_report
 from edgeport.validate.parity import compare, default_budget
-from edgeport.validate.report import render_html, render_junit, render_markdown, write_outputs
+from edgeport.validate.render import render_junit, render_markdown
+from edgeport.validate.render_html import render_html
+from edgeport.validate.report import write_outputs
 
 MODELS = REPO / "tests" / "models.py"
 

@@ -183,9 +183,9 @@ def test_hf_moe_switches_to_batched_experts():
 
 def test_dict_inputs_follow_the_signature_and_outputs_flatten():
     import models
-    from edgeport.model_source import _from_factory_result
+    from edgeport.sources.flat_io import from_factory_result
 
-    loaded = _from_factory_result("dict_io", models.dict_io(), [])
+    loaded = from_factory_result("dict_io", models.dict_io(), [])
     assert loaded.input_names == ("zeta", "alpha")                      # signature order, None dropped
     module, example = models.dict_io()
     out = loaded.module(*loaded.example_inputs)
@@ -214,9 +214,9 @@ def test_stateful_reference_starts_each_sample_from_the_same_state():
 
 
 def test_runtime_error_names_the_refused_op():
-    from edgeport.api import runtime_error
+    from edgeport.runtimes.litert import LiteRTRunner
 
-    message = runtime_error(RuntimeError("Only update, Add ... stablehlo.scatter.Node number 7 (STABLEHLO_SCATTER) failed to prepare."))
+    message = LiteRTRunner.describe_error(RuntimeError("Only update, Add ... stablehlo.scatter.Node number 7 (STABLEHLO_SCATTER) failed to prepare."))
     assert message.startswith("artifact does not run in its runtime: runtime refuses op STABLEHLO_SCATTER")
 
 
@@ -284,27 +284,6 @@ def test_bad_decompositions_file_is_bad_input(tmp_path):
     bad.write_text("X = 1\n")
     result = run_cli("convert", f"{MODELS}:mlp", "-t", "litert", "--out", tmp_path / "o", "--decompositions", bad)
     assert result.returncode == 2 and "DECOMPOSITIONS" in result.stderr and "Traceback" not in result.stderr
-
-
-def test_user_outputs_skip_mutated_buffers():
-    from edgeport.export.program import user_output_positions
-
-    class DecodeStep(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("k", torch.zeros(1, 4, 2))
-            self.register_buffer("v", torch.zeros(1, 4, 2))
-
-        def forward(self, x, pos):
-            self.k.index_copy_(1, pos, x)
-            self.v.index_copy_(1, pos, x * 2)
-            return (self.k * self.v).sum(-1), x + 1
-
-    # torch.export keeps index_copy_ in place; decomposing (as torchax does) functionalizes it
-    program = export(DecodeStep(), torch.randn(1, 1, 2), torch.tensor([1])).run_decompositions()
-    [output_node] = [n for n in program.graph.nodes if n.op == "output"]
-    assert len(output_node.args[0]) == 4                        # k, v (mutated buffers) come first
-    assert user_output_positions(program) == [2, 3]
 
 
 def test_batched_experts_leaves_dense_models_alone():

@@ -95,7 +95,7 @@ def test_matmul_flops_and_no_torch_tpu_in_process(tmp_path):
 import sys, json
 from pathlib import Path
 from edgeport import api
-r = api.convert(api.ConvertOptions(model={str(MODELS)!r} + ":matmul", out=Path({str(tmp_path / 'out')!r}), targets=["tpu"],
+r = api.convert(api.convert_options(model={str(MODELS)!r} + ":matmul", out=Path({str(tmp_path / 'out')!r}), targets=["tpu"],
                 latency=False, samples=2, target_options={{"tpu_topology": ["v5e:1x1", "v5e:2x2", "v5p:2x2x1"]}}))
 print(json.dumps({{"rows": r.report["targets"], "torch_tpu_imported": "torch_tpu" in sys.modules}}))
 """
@@ -271,7 +271,7 @@ def test_convert_on_a_fake_tpu_host_reports_measured_runs(tmp_path, monkeypatch)
     from edgeport.runtimes.torch_tpu import FAKE_DEVICE_ENV
 
     monkeypatch.setenv(FAKE_DEVICE_ENV, "cpu")
-    result = api.convert(api.ConvertOptions(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["tpu"], latency=False,
+    result = api.convert(api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["tpu"], latency=False,
                                             samples=2, target_options={"tpu_topology": ["v6e:1x1"]}))
     row = read_report(tmp_path / "out")["targets"][0]
     assert result.exit_code == 0 and row["tpu_host"]["tpu_present"]

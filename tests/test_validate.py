@@ -78,7 +78,7 @@ def test_missing_artifact_and_missing_program(fresh):
 def test_validate_in_process_uses_program_module(fresh):
     from edgeport import api
 
-    result = api.validate(api.ConvertOptions(model=str(fresh), out=fresh, latency=False, samples=3))
+    result = api.validate(fresh, api.JudgeOptions(latency=False, samples=3))
     assert result.exit_code == 0
     names = json.loads((fresh / "manifest.json").read_text())["inputs"]
     assert [i["name"] for i in names] == ["x", "y"]

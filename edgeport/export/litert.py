@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeport.export.registry import ConvertJob, Converted, Target
+from edgeport.diagnostics import histogram
+from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
+from edgeport.runtimes.litert import CompiledModelRunner, LiteRTRunner
 
 RECIPES = {
     "fp16": "full_fp16_recipe",
@@ -79,28 +81,15 @@ def op_counts(path: Path) -> dict[str, int]:
 
     model = flatbuffer_utils.read_model(str(path))
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    counts: dict[str, int] = {}
-    for subgraph in model.subgraphs:
-        for op in subgraph.operators or []:
-            code = model.operatorCodes[op.opcodeIndex]
-            builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-            name = names.get(builtin, str(builtin))
-            if name == "CUSTOM" and code.customCode:
-                name = f"CUSTOM:{code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode}"
-            counts[name] = counts.get(name, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    def op_name(op) -> str:
+        code = model.operatorCodes[op.opcodeIndex]
+        name = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
+        if name == "CUSTOM" and code.customCode:
+            return f"CUSTOM:{code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode}"
+        return name
 
-def _load_runner(path: Path, threads: int):
-    from edgeport.runtimes.litert import load
-
-    return load(path, threads)
-
-
-def _load_compiled(path: Path, threads: int):
-    from edgeport.runtimes.litert import load_compiled
-
-    return load_compiled(path, threads)
+    return histogram(op_name(op) for subgraph in model.subgraphs for op in subgraph.operators or [])
 
 
 TARGET = Target(
@@ -110,8 +99,8 @@ TARGET = Target(
     requires=("litert_torch", "ai_edge_litert"),
     extra="litert",
     convert=convert,
-    load_runner=_load_runner,
-    runners=(("interpreter", _load_runner), ("compiled_model", _load_compiled)),
+    runners=(LiteRTRunner, CompiledModelRunner),
+    options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
               "sort_by_rank", "scatter_add_onehot"),
     refuses=(

@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from edgeport.diagnostics import histogram
 from edgeport.export.registry import ConvertJob, Converted, Target
+from edgeport.runtimes.onnxruntime import OnnxRunner
 
 FP32_NAME = "model.onnx"
 
@@ -33,10 +35,8 @@ def convert(job: ConvertJob) -> Converted:
 def _export_fp32(job: ConvertJob, path: Path) -> None:
     import torch
 
-    opset = job.options.get("opset")
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
-    program = torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False,
-                                opset_version=int(opset) if opset else None)
+    program = torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
     program.save(str(path))
 
 
@@ -90,20 +90,11 @@ def describe(path: Path) -> dict:
 
     model = onnx.load(str(path), load_external_data=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    counts: dict[str, int] = {}
-    for node in model.graph.node:
-        counts[node.op_type] = counts.get(node.op_type, 0) + 1
     initializers = {i.name for i in model.graph.initializer}
     dynamic = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim if d.dim_param]
                for i in model.graph.input if i.name not in initializers}
-    return {"opset": opset, "ops": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+    return {"opset": opset, "ops": histogram(node.op_type for node in model.graph.node),
             "dynamic_inputs": {k: v for k, v in dynamic.items() if v}}
-
-
-def _load_runner(path: Path, threads: int):
-    from edgeport.runtimes.onnxruntime import load
-
-    return load(path, threads)
 
 
 TARGET = Target(
@@ -113,8 +104,7 @@ TARGET = Target(
     requires=("onnx", "onnxruntime", "onnxscript"),
     extra="onnx",
     convert=convert,
-    load_runner=_load_runner,
-    runners=(("onnxruntime", _load_runner),),
+    runners=(OnnxRunner,),
     dynamic_dims=True,
     rewrites=("upcast_fp32", "inline_custom_ops"),
     refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),

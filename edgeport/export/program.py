@@ -7,10 +7,10 @@ tracer's.
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from edgeport.diagnostics import summary, user_frame, with_location
 from edgeport.errors import ExportFailed
 
 
@@ -62,29 +62,8 @@ def batch_dynamic(example_inputs: tuple) -> tuple[tuple, tuple]:
 
 
 def describe_export_error(exc: BaseException) -> str:
-    """First useful lines of torch's message plus the last frame that is the user's code, not a library's."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not ln.startswith(("For more information", "from user code", "Set TORCH"))][:3]
-    message = f"torch.export failed: {type(exc).__name__}: {' | '.join(useful)}"
-    user_frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_user_file(f.filename)]
-    location = _user_location_from_message(lines)
-    if user_frames:
-        frame = user_frames[-1]
-        location = f"{frame.filename}:{frame.lineno}: {frame.line}"
-    return f"{message} (at {location})" if location else message
-
-
-def _is_user_file(filename: str) -> bool:
-    return not any(part in filename for part in ("site-packages", "/torch/", "/lib/python3", "<frozen", "edgeport/"))
-
-
-def _user_location_from_message(lines: list[str]) -> str | None:
-    """torch often names the user frame in the message itself (``File "x.py", line 9, in forward``)."""
-    for i, line in enumerate(lines):
-        if line.startswith('File "') and _is_user_file(line):
-            source = lines[i + 1] if i + 1 < len(lines) else ""
-            return f"{line} {source}".strip()
-    return None
+    """torch's message (its meaningful lines, not its boilerplate) plus the user's line that failed."""
+    return with_location(f"torch.export failed: {summary(exc)}", user_frame(exc))
 
 
 def signature_of(program, input_names: tuple[str, ...] | None = None) -> Signature:
@@ -114,11 +93,22 @@ def save_program(program, path: Path) -> None:
     torch.export.save(program, path)
 
 
-def user_output_positions(program) -> list[int]:
-    """Indices of the user's outputs in the program's flat output list. A program that mutates buffers or
-    inputs in place (a KV cache decode step) also returns the new buffer values, first; a backend that
-    executes the whole graph (torchax -> jax) returns them too, and mapping its outputs by position would
-    compare the cache against the logits. Select with these indices instead."""
-    from torch.export.graph_signature import OutputKind
+def fingerprint(program, signature: Signature) -> dict:
+    """What identifies the program for a baseline or a cache: its I/O signature, a hash of the graph
+    (FX text: ops and their wiring, no file paths) and a hash of every weight and constant."""
+    import hashlib
 
-    return [i for i, spec in enumerate(program.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    import torch
+
+    graph = hashlib.sha256(str(program.graph).encode()).hexdigest()
+    weights = hashlib.sha256()
+    state = {**program.state_dict, **program.constants}
+    for name in sorted(state):
+        value = state[name]
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            weights.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+            weights.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return {"graph_sha256": graph, "weights_sha256": weights.hexdigest(),
+            "signature": {"inputs": [i.to_json() for i in signature.inputs],
+                          "outputs": [o.to_json() for o in signature.outputs]}}

@@ -1,8 +1,10 @@
 """Target registry: name -> Target, and the capability table that code and diagnostics both read.
 
 Adding a target is one module in ``export/``, one in ``runtimes/`` and one line in ``TARGET_MODULES``;
-nothing else branches on target names. Target modules are light to import: their heavy libraries are
-imported inside the functions that need them, so listing targets costs nothing.
+nothing else branches on target names. A target declares everything that is its own: variants, runners,
+rewrite passes, the ops its converter refuses, its command-line options and the report sections only it
+has. Target modules are light to import (heavy libraries load inside the functions that need them), so
+listing targets, building the CLI's flags and rendering a report cost nothing.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable
 
-import numpy as np
+from edgeport.runtimes.base import BaseRunner
 
 # The registry: target name -> module defining ``TARGET``. Order is report order.
 TARGET_MODULES = {
@@ -21,23 +23,6 @@ TARGET_MODULES = {
     "onnx": "edgeport.export.onnx",
     "tpu": "edgeport.export.tpu",
 }
-
-
-def accept_any_options(options: dict) -> None:
-    """Default option check: a target that takes no options of its own ignores the others'."""
-
-
-class Runner(Protocol):
-    """A loaded artifact. Inputs and outputs are numpy arrays in the exported program's flattened order."""
-
-    threads: int
-
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
-
-    def io(self) -> dict:
-        """``{"inputs": [...], "outputs": [...]}`` as the runtime sees them (name, shape, dtype,
-        quantization): the per-target part of manifest.json that apps read."""
-        ...
 
 
 @dataclass
@@ -49,7 +34,7 @@ class ConvertJob:
     signature: Any                    # edgeport.export.program.Signature
     variant: str
     out_dir: Path                     # DIR/<target>/ inside the temporary output directory
-    options: dict = field(default_factory=dict)       # --nhwc, calibration samples, topologies, ...;
+    options: dict = field(default_factory=dict)       # the target's own options, calibration samples, ...;
     # "artifact_only": True asks for just a runnable artifact (targets may skip extra work such as AOT compiles)
     notes: list[str] = field(default_factory=list)    # warnings that belong in the report
 
@@ -57,7 +42,38 @@ class ConvertJob:
 @dataclass
 class Converted:
     artifact: Path
-    details: dict = field(default_factory=dict)   # extra report fields (ops, tpu_compile, rewrites, ...)
+    details: dict = field(default_factory=dict)   # extra report fields (ops, compiles, ...)
+
+
+@dataclass(frozen=True)
+class TargetOption:
+    """A command-line option that only one target understands (``--nhwc``, ``--tpu-topology``). The CLI
+    builds the flag from this; the value reaches the target as ``job.options[key]``."""
+
+    flag: str                                  # without the dashes, e.g. "tpu-topology"
+    help: str
+    kind: type = str                           # str or bool
+    multiple: bool = False                     # repeatable: the value is a list
+    validate: Callable[[Any], None] | None = None   # raises UsageError (exit 2) on a bad value, at plan time
+
+    @property
+    def key(self) -> str:
+        return self.flag.replace("-", "_")
+
+    @property
+    def default(self):
+        return [] if self.multiple else (False if self.kind is bool else None)
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A table only one target has (e.g. TPU compiles per topology), rendered by every report format.
+    Sections with the same title from several rows are merged into one table."""
+
+    key: str                                   # stable id (the HTML table's id)
+    title: str
+    headers: tuple[str, ...]
+    rows: list[list[str]]
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,10 @@ class RunnerConfig:
         return f"{self.runner}/{self.threads}"
 
 
+def no_sections(row: dict) -> list[ReportSection]:
+    return []
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -80,34 +100,46 @@ class Target:
     requires: tuple[str, ...]          # importable modules the target needs
     extra: str                         # pip extra that installs them
     convert: Callable[[ConvertJob], Converted]
-    load_runner: Callable[[Path, int], Runner]
+    runners: tuple[type[BaseRunner], ...]   # ways to run the artifact; the first is the one fixed --threads uses
     dynamic_dims: bool = False
-    rewrites: tuple[str, ...] = ()     # names in edgeport.export.rewrites applied when their ops are present
+    rewrites: tuple[str, ...] = ()     # passes from edgeport.export.rewrites, applied when their ops are present
     # ops the raw converter/runtime is known to refuse: (op, the error it gives), read by `edgeport check`;
     # custom ops and bf16/fp16 weights are checked for every target
     refuses: tuple[tuple[str, str], ...] = ()
-    # Checks the CLI's target options (ConvertOptions.target_options) at plan time, before any heavy
-    # work; raises UsageError (exit 2) on a bad value. Each target validates only its own keys.
-    validate_options: Callable[[dict], None] = accept_any_options
-    # How the artifact can be run, for --threads auto: name -> loader(path, threads); the first is the one
-    # fixed --threads uses (load_runner). thread_sweep=False: the runtime ignores the thread count
-    # (XLA CPU sizes its own pool), so there is nothing to pick.
-    runners: tuple[tuple[str, Callable[[Path, int], Runner]], ...] = ()
+    options: tuple[TargetOption, ...] = ()
+    # thread_sweep=False: the runtime ignores the thread count (XLA CPU sizes its own pool)
     thread_sweep: bool = True
+    report_sections: Callable[[dict], list[ReportSection]] = no_sections
+
+    def __post_init__(self):
+        from edgeport.export.rewrites import check_known
+
+        check_known(self.rewrites, f"target {self.name!r}")
 
     @property
     def default_variant(self) -> str:
         return self.variants[0]
 
+    def load_runner(self, path: Path, threads: int) -> BaseRunner:
+        return self.runners[0](path, threads)
+
+    def describe_error(self, exc: BaseException) -> str:
+        return self.runners[0].describe_error(exc)
+
+    def validate_options(self, values: dict) -> None:
+        """Check this target's own options (the others' keys are theirs to check)."""
+        for option in self.options:
+            if option.validate is not None and values.get(option.key) not in (None, [], False):
+                option.validate(values[option.key])
+
     def runner_configs(self, max_threads: int) -> list[RunnerConfig]:
         """Every (runner, threads) ``--threads auto`` times on this machine."""
-        names = [name for name, _ in self.runners] or ["default"]
         counts = thread_counts(max_threads) if self.thread_sweep else [max(1, max_threads)]
-        return [RunnerConfig(name, n) for name in names for n in counts]
+        return [RunnerConfig(runner.name, n) for runner in self.runners for n in counts]
 
-    def load_config(self, path: Path, config: RunnerConfig) -> Runner:
-        loaders = dict(self.runners)
-        return loaders.get(config.runner, self.load_runner)(path, config.threads)
+    def load_config(self, path: Path, config: RunnerConfig) -> BaseRunner:
+        runner = next((r for r in self.runners if r.name == config.runner), self.runners[0])
+        return runner(path, config.threads)
 
     def missing_requirements(self) -> list[str]:
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
@@ -132,5 +164,14 @@ def target_names() -> list[str]:
     return list(TARGET_MODULES)
 
 
-def all_variants() -> set[str]:
-    return {v for name in TARGET_MODULES for v in get_target(name).variants}
+def all_targets() -> list[Target]:
+    return [get_target(name) for name in TARGET_MODULES]
+
+
+def all_options() -> list[TargetOption]:
+    """Every target's own options, once each (the CLI turns them into flags)."""
+    seen: dict[str, TargetOption] = {}
+    for target in all_targets():
+        for option in target.options:
+            seen.setdefault(option.key, option)
+    return list(seen.values())

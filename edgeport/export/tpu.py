@@ -20,79 +20,16 @@ Why these choices:
 from __future__ import annotations
 
 import json
-import re
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeport.errors import UsageError
-from edgeport.export.registry import ConvertJob, Converted, Target
-
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class Generation:
-    """Per-chip figures. A "device" is what jax sees: a chip, or one TensorCore where a chip has two
-    exposed separately (tpu7x); per-device numbers divide by ``devices_per_chip``."""
-
-    hbm_bytes: int
-    peak_flops: float          # dense bf16 FLOP/s (f32 matmuls run on the same MXUs: still an estimate)
-    hbm_bytes_per_s: float
-    dims: int                  # topology rank: 2 = "AxB", 3 = "AxBxC"
-    chip_config: str = "default"
-    wrap: bool = False
-    devices_per_chip: int = 1
-
-
-# Source: Google Cloud TPU documentation, "TPU versions" pages (system architecture of v4, v5e, v5p,
-# v6e "Trillium", TPU7x "Ironwood"): HBM capacity, peak bf16 compute and HBM bandwidth per chip.
-GENERATIONS: dict[str, Generation] = {
-    "v4": Generation(32 * GIB, 275e12, 1200e9, dims=3, chip_config="megacore", wrap=True),
-    "v5e": Generation(16 * GIB, 197e12, 819e9, dims=2),
-    "v5p": Generation(95 * GIB, 459e12, 2765e9, dims=3, chip_config="megacore", wrap=True),
-    "v6e": Generation(32 * GIB, 918e12, 1640e9, dims=2),
-    "tpu7x": Generation(192 * GIB, 2307e12, 7380e9, dims=3, devices_per_chip=2),
-}
-DEFAULT_TOPOLOGIES = ("v5e:1x1", "v5e:2x2", "v6e:1x1")
-TOPOLOGY_EXAMPLES = "v5e:1x1, v5e:2x2, v6e:1x1, v6e:2x4, v4:2x2x1, v5p:2x2x1, tpu7x:2x2x1"
-
-
-@dataclass(frozen=True)
-class Topology:
-    name: str
-    generation: str
-    shape: tuple[int, ...]
-
-    @property
-    def spec(self) -> Generation:
-        return GENERATIONS[self.generation]
-
-    @property
-    def slug(self) -> str:
-        return self.name.replace(":", "_")
-
-
-def parse_topology(text: str) -> Topology:
-    """``GEN:AxB`` (v5e, v6e) or ``GEN:AxBxC`` (v4, v5p, tpu7x); bad text -> UsageError listing examples."""
-    match = re.fullmatch(r"([a-z0-9]+):(\d+(?:x\d+)*)", text.strip().lower())
-    bad = f"bad --tpu-topology {text!r}; valid examples: {TOPOLOGY_EXAMPLES} (generations: {', '.join(GENERATIONS)})"
-    if not match or match.group(1) not in GENERATIONS:
-        raise UsageError(bad)
-    shape = tuple(int(d) for d in match.group(2).split("x"))
-    if len(shape) != GENERATIONS[match.group(1)].dims or min(shape) < 1:
-        raise UsageError(bad)
-    return Topology(f"{match.group(1)}:{match.group(2)}", match.group(1), shape)
-
-
-def topologies_of(options: dict) -> list[Topology]:
-    return [parse_topology(t) for t in dict.fromkeys(options.get("tpu_topology") or DEFAULT_TOPOLOGIES)]
-
-
-def validate_options(options: dict) -> None:
-    """Called by ``api.plan`` before any heavy work: a bad topology is bad input (exit 2)."""
-    topologies_of(options)
+from edgeport.diagnostics import first_line, user_source, with_location
+from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
+from edgeport.export.tpu_aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_for_topology, report_sections,
+                                     topologies_of, validate_topologies)
+from edgeport.runtimes.jax_xla import JaxXlaRunner
 
 
 # ----------------------------------------------------------------------------------------------- lowering
@@ -186,12 +123,8 @@ def _node_reporting_interpreter():
 
 def describe_node_failure(node, exc: BaseException) -> str:
     op = getattr(node.target, "name", lambda: str(node.target))() if node.op == "call_function" else node.op
-    reason = (str(exc).strip().splitlines() or [""])[0][:200]
-    message = f"torchax cannot lower {op} (node {node.name}): {type(exc).__name__}: {reason}"
-    from edgeport.validate.localize import _user_source
-
-    location = _user_source(node.meta.get("stack_trace"))
-    return f"{message} (at {location})" if location else message
+    message = f"torchax cannot lower {op} (node {node.name}): {first_line(exc, 260)}"
+    return with_location(message, user_source(node.meta.get("stack_trace")))
 
 
 # ------------------------------------------------------------------------------------------------ convert
@@ -292,102 +225,6 @@ def _meta(job: ConvertJob, exported, lowered: Lowered, precision: str, executabl
     }
 
 
-# ------------------------------------------------------------------------------------------- AOT compile
-
-def compile_for_topology(topology: Topology, lowered: Lowered, out: Path) -> dict:
-    """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row."""
-    from edgeport.runtimes.jax_xla import quiet_stderr
-
-    row = {"topology": topology.name, "ok": False, "error": None}
-    start = time.perf_counter()
-    with quiet_stderr() as noise:
-        try:
-            compiled, sharding, devices = _compile(topology, lowered)
-            row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
-            row["executable"] = _write_executable(compiled, out / "executables" / f"{topology.slug}.tpu_exec", out)
-        except Exception as exc:
-            row["error"] = _compile_error(exc, noise)
-    row["compile_seconds"] = round(time.perf_counter() - start, 3)
-    return row
-
-
-def _compile(topology: Topology, lowered: Lowered):
-    import jax
-    from jax.experimental import topologies
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    gen = topology.spec
-    shape3 = (*topology.shape, 1, 1)[:3]
-    topo = topologies.get_topology_desc(topology.name, platform="tpu", chip_config_name=gen.chip_config,
-                                        chips_per_host_bounds=shape3, num_slices=1, wrap=(gen.wrap,) * 3)
-    devices = len(topo.devices)
-    mesh = topologies.make_mesh(topo, (devices,), ("data",))
-    data_parallel = devices > 1 and _batch_divides(lowered.compile_avals, devices)
-    replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-    weights = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated) for k, v in lowered.weights.items()}
-    inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=batch if data_parallel else replicated)
-              for a in lowered.compile_avals]
-    compiled = jax.jit(lowered.fn).lower(weights, *inputs).compile()
-    return compiled, "data-parallel" if data_parallel else "replicated", devices
-
-
-def _batch_divides(avals: list, devices: int) -> bool:
-    """Shard the batch when every input has the same leading dim and it splits evenly over the devices."""
-    leading = {a.shape[0] if len(a.shape) else None for a in avals}
-    return len(leading) == 1 and isinstance(b := leading.pop(), int) and b % devices == 0
-
-
-def _analysis(compiled, topology: Topology, devices: int) -> dict:
-    """Per-device memory and cost from the compiler, the HBM check and the roofline latency estimate."""
-    gen = topology.spec
-    memory = compiled.memory_analysis()
-    cost = compiled.cost_analysis() or {}
-    cost = cost[0] if isinstance(cost, list) else cost
-    argument, output, temp = memory.argument_size_in_bytes, memory.output_size_in_bytes, memory.temp_size_in_bytes
-    peak = getattr(memory, "peak_memory_in_bytes", 0) or (
-        argument + output + temp + memory.generated_code_size_in_bytes - memory.alias_size_in_bytes)
-    hbm = gen.hbm_bytes // gen.devices_per_chip
-    flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
-    peak_flops, bandwidth = gen.peak_flops / gen.devices_per_chip, gen.hbm_bytes_per_s / gen.devices_per_chip
-    return {
-        "generation": topology.generation, "peak_bytes": int(peak), "argument_bytes": int(argument),
-        "output_bytes": int(output), "temp_bytes": int(temp), "hbm_bytes_per_device": hbm, "fits_hbm": peak <= hbm,
-        "flops": flops, "bytes_accessed": accessed,
-        "est_seconds": max(flops / peak_flops, accessed / bandwidth),
-        "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes accessed / HBM bandwidth); "
-                      "excludes host dispatch and launch overhead",
-        "compiler_est_seconds": _compiler_estimate(cost),
-    }
-
-
-def _compiler_estimate(cost: dict) -> float | None:
-    """libtpu's own estimate; it reports a negative sentinel for programs it cannot model (seen on sort/scatter)."""
-    seconds = cost.get("optimal_seconds")
-    return float(seconds) if seconds is not None and seconds >= 0 else None
-
-
-def _write_executable(compiled, path: Path, out: Path) -> str | None:
-    from jax.experimental.serialize_executable import serialize
-
-    path.parent.mkdir(exist_ok=True)
-    path.write_bytes(serialize(compiled)[0])
-    return str(path.relative_to(out))
-
-
-def _compile_error(exc: BaseException, noise) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
-    hint = next((ln for ln in noise.text().splitlines() if "out of memory" in ln.lower() or "error" in ln.lower()), None)
-    return (text + (f" | {hint.strip()}" if hint and hint.strip() not in text else ""))[:500]
-
-
-def _load_runner(path: Path, threads: int):
-    from edgeport.runtimes.jax_xla import load_runner
-
-    return load_runner(path, threads)
-
-
 TARGET = Target(
     name="tpu",
     description="TPU: torchax -> jax.export (StableHLO, cpu+tpu) with libtpu AOT compiles per topology",
@@ -395,10 +232,12 @@ TARGET = Target(
     requires=("torchax", "jax", "libtpu", "safetensors"),
     extra="tpu",
     convert=convert,
-    load_runner=_load_runner,
-    runners=(("xla_cpu", _load_runner),),
+    runners=(JaxXlaRunner,),
     thread_sweep=False,
-    validate_options=validate_options,
+    options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
+                          f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,
+                          validate=validate_topologies),),
+    report_sections=report_sections,
     rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops"),
     refuses=(("aten.conv2d.padding", "'immutable_list' object does not support mutation"),),
 )

@@ -17,13 +17,14 @@ bytes that were written, after a serialize -> deserialize round trip.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from edgeport.runtimes.base import BaseRunner
 
 EXPORT_FILE = "model.jax_export"
 WEIGHTS_FILE = "weights.safetensors"
@@ -94,15 +95,19 @@ def load_executable(directory: str | Path, topology: str):
     return deserialize_and_load(blob, model.exported.in_tree, model.exported.out_tree, backend="tpu")
 
 
-class JaxXlaRunner:
-    """Runner for parity and latency: the artifact's CPU lowering through XLA."""
+class JaxXlaRunner(BaseRunner):
+    """Runner for parity and latency: the artifact's CPU lowering through XLA. ``path`` is the serialized
+    export file (the report's artifact) or its directory."""
 
-    def __init__(self, directory: Path, threads: int):
+    name = "xla_cpu"
+
+    def __init__(self, path: Path, threads: int):
         import jax
 
         prefer_cpu_backend()
-        self.threads = threads
-        self.model = load(directory)
+        super().__init__(path, threads)
+        path = Path(path)
+        self.model = load(path.parent if path.is_file() else path)
         self.cpu = jax.devices("cpu")[0]
         self.weights = jax.device_put(self.model.weights, self.cpu)
 
@@ -126,44 +131,3 @@ def _numpy(array) -> np.ndarray:
     """bf16 (which numpy cannot compute with) comes back as float32."""
     out = np.asarray(array)
     return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
-
-
-def load_runner(path: Path, threads: int = 1) -> JaxXlaRunner:
-    """``path`` is the serialized export file (the report's artifact) or its directory."""
-    path = Path(path)
-    return JaxXlaRunner(path.parent if path.is_file() else path, threads)
-
-
-class _Captured:
-    def __init__(self, path: Path):
-        self.path = path
-
-    def text(self) -> str:
-        try:
-            return self.path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Send file descriptor 2 to a temporary file while libtpu runs: its C++ logging (worker hostname
-    warnings, InitGoogle notices) writes there directly and would bury the CLI's output. The captured
-    text is kept so a failing compile can quote it."""
-    import sys
-    import tempfile
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.NamedTemporaryFile(prefix="edgeport-libtpu-", suffix=".log", delete=False) as sink:
-        os.dup2(sink.fileno(), 2)
-        captured = _Captured(Path(sink.name))
-    try:
-        yield captured
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        text = captured.text()
-        captured.text = lambda: text  # keep it after the file is gone
-        captured.path.unlink(missing_ok=True)

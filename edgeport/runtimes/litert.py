@@ -17,17 +17,22 @@ from typing import Sequence
 
 import numpy as np
 
+from edgeport.diagnostics import first_line
+from edgeport.runtimes.base import BaseRunner
+
 
 def _order_key(name: str):
     numbers = re.findall(r"\d+", name)
     return (int(numbers[-1]) if numbers else 0, name)
 
 
-class LiteRTRunner:
+class LiteRTRunner(BaseRunner):
+    name = "interpreter"
+
     def __init__(self, path: Path, threads: int):
         from ai_edge_litert.interpreter import Interpreter
 
-        self.threads = threads
+        super().__init__(path, threads)
         self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
         self.interpreter.allocate_tensors()  # applies XNNPACK now (lazily otherwise), so details() sees it
         self.runner = self.interpreter.get_signature_runner()
@@ -53,6 +58,13 @@ class LiteRTRunner:
             return None
         listed = ", ".join(f"{op} x{n}" for op, n in ops.items())
         return f"ops not delegated to XNNPACK (run on the reference CPU kernels): {listed}"
+
+    @classmethod
+    def describe_error(cls, exc: BaseException) -> str:
+        """'converted but cannot run': name the ops the runtime refused (``(OP) failed to prepare``)."""
+        refused = sorted(set(re.findall(r"\(([A-Z][A-Z0-9_]+)\) failed to (?:prepare|invoke)", str(exc))))
+        what = f"runtime refuses op {', '.join(refused)}: " if refused else ""
+        return f"artifact does not run in its runtime: {what}{first_line(exc)}"
 
 
 def not_delegated(interpreter) -> dict[str, int]:
@@ -92,6 +104,8 @@ class CompiledModelRunner(LiteRTRunner):
     I/O conversion is the Interpreter runner's (its signature details carry the quantization the
     CompiledModel's details do not); only ``run`` goes through the compiled model's tensor buffers.
     """
+
+    name = "compiled_model"
 
     def __init__(self, path: Path, threads: int):
         from ai_edge_litert.compiled_model import CompiledModel

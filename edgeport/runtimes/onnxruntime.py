@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from edgeport.runtimes.base import BaseRunner
+
 _ORT_DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
@@ -19,11 +21,13 @@ _ORT_DTYPES = {
 }
 
 
-class OnnxRunner:
+class OnnxRunner(BaseRunner):
+    name = "onnxruntime"
+
     def __init__(self, path: Path, threads: int):
         import onnxruntime as ort
 
-        self.threads = threads
+        super().__init__(path, threads)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

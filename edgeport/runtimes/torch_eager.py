@@ -25,12 +25,21 @@ def to_torch(array: np.ndarray, dtype: str | None = None):
 
 
 def flatten_outputs(out) -> list:
-    """Model output (tensor, tuple, dict, ModelOutput) -> flat list of tensors in pytree order, the order
-    torch.export gives the program's outputs."""
+    """Model output (tensor, tuple, dict, ModelOutput, dataclass) -> flat list of tensors in pytree order,
+    the order torch.export gives the program's outputs. A dataclass pytree does not know is walked by its
+    fields; non-tensor leaves (numbers, strings, None) carry nothing to convert and are dropped."""
+    import dataclasses
+
     import torch
     from torch.utils._pytree import tree_flatten
 
-    return [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)]
+    tensors = []
+    for leaf in tree_flatten(out)[0]:
+        if isinstance(leaf, torch.Tensor):
+            tensors.append(leaf)
+        elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            tensors += flatten_outputs([getattr(leaf, f.name) for f in dataclasses.fields(leaf)])
+    return tensors
 
 
 class EagerRunner:

@@ -43,7 +43,7 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def row_regressions(row: dict, old: dict, t: dict) -> list[str]:
+def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True) -> list[str]:
     found = []
     if old.get("status") == "ok" and row.get("status") == "failed":
         found.append(f"was ok, now failed: {row.get('error')}")
@@ -53,7 +53,7 @@ def row_regressions(row: dict, old: dict, t: dict) -> list[str]:
             new_err > old_err * t["error_factor"] or math.isnan(new_err)):
         found.append(f"parity error grew: max_rel_err {old_err:.3g} -> {new_err:.3g} (> x{t['error_factor']:g})")
     new_lat, old_lat = row.get("latency_ms") or {}, old.get("latency_ms") or {}
-    if new_lat.get("p50") and old_lat.get("p50") and new_lat.get("threads") == old_lat.get("threads") \
+    if compare_latency and new_lat.get("p50") and old_lat.get("p50") and new_lat.get("threads") == old_lat.get("threads") \
             and new_lat["p50"] > old_lat["p50"] * t["latency_factor"]:
         found.append(f"slower: p50 {old_lat['p50']:.3f} -> {new_lat['p50']:.3f} ms (> x{t['latency_factor']:g})")
     if row.get("size_bytes") and old.get("size_bytes") and row["size_bytes"] > old["size_bytes"] * t["size_factor"]:
@@ -61,18 +61,50 @@ def row_regressions(row: dict, old: dict, t: dict) -> list[str]:
     return found
 
 
+def comparability(report: dict, baseline: dict) -> tuple[bool, list[str]]:
+    """(comparable, notes). Rows compare only when the program takes and gives the same tensors; a changed
+    graph or weights (the usual CI case) and a different machine are said, not refused."""
+    from edgeport.validate.environment import differences
+
+    new, old = report.get("model") or {}, baseline.get("model") or {}
+    notes = []
+    if new.get("signature") and old.get("signature") and new["signature"] != old["signature"]:
+        return False, ["baseline is a different model (its inputs/outputs differ): rows not compared"]
+    if old.get("spec") != new.get("spec"):
+        notes.append(f"baseline model spec {old.get('spec')!r} differs from {new.get('spec')!r}")
+    for key, what in (("graph_sha256", "graph"), ("weights_sha256", "weights")):
+        if new.get(key) and old.get(key) and new[key] != old[key]:
+            notes.append(f"the program's {what} changed since the baseline")
+    env = differences(baseline.get("environment"), report.get("environment"))
+    if env:
+        notes.append("measured in a different environment: " + "; ".join(env))
+    return True, notes
+
+
+def same_machine(report: dict, baseline: dict) -> bool:
+    """Latency compares only on the same CPU: across machines it is not a regression of the model."""
+    from edgeport.validate.environment import differences
+
+    return not [d for d in differences(baseline.get("environment"), report.get("environment")) if d.startswith("cpu")]
+
+
 def apply_baseline(report: dict, baseline: dict, thresholds: dict, source: str) -> dict:
-    """Mark ``regressions`` on each row and summarize under ``report["baseline"]``; returns the report."""
-    old_rows = {(r.get("target"), r.get("variant")): r for r in baseline["targets"]}
-    count = 0
+    """Mark ``regressions`` on each row and summarize under ``report["baseline"]``; returns the report.
+    A baseline of another model cannot vouch for this one: that counts as one regression."""
+    comparable, notes = comparability(report, baseline)
+    old_rows = {(r.get("target"), r.get("variant")): r for r in baseline["targets"]} if comparable else {}
+    count = 0 if comparable else 1
+    latency = same_machine(report, baseline)
+    if not latency and comparable:
+        notes.append("latency not compared: the baseline was measured on another CPU")
     for row in report["targets"]:
         old = old_rows.get((row["target"], row["variant"]))
-        row["regressions"] = row_regressions(row, old, thresholds) if old else []
+        row["regressions"] = row_regressions(row, old, thresholds, latency) if old else []
         count += len(row["regressions"]) if row.get("required", True) else 0
     keys_now = {(r["target"], r["variant"]) for r in report["targets"]}
     report["baseline"] = {
         "source": source, "edgeport_version": baseline.get("edgeport_version"), "thresholds": thresholds,
-        "regressions": count,
+        "regressions": count, "comparable": comparable, "notes": notes,
         "new_rows": sorted(f"{t}[{v}]" for t, v in keys_now - set(old_rows)),
         "missing_rows": sorted(f"{t}[{v}]" for t, v in set(old_rows) - keys_now),
     }

@@ -58,9 +58,9 @@ def load_data_with_kind(path_text: str, signature) -> tuple[list[list[np.ndarray
 
 
 def _samples_from_callable(where: str, attr: str, signature) -> list[list[np.ndarray]]:
-    from edgeport.model_source import _import_file
+    from edgeport.sources.pyfile import import_file
 
-    factory = getattr(_import_file(where), attr, None)
+    factory = getattr(import_file(where, what="--data file"), attr, None)
     if not callable(factory):
         raise UsageError(f"--data {where}:{attr}: no callable named {attr!r}")
     label = f"{Path(where).name}:{attr}"

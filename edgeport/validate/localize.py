@@ -11,10 +11,11 @@ prefixes do too — true for the usual converter bug (a wrong kernel); the repor
 
 from __future__ import annotations
 
-import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from edgeport.diagnostics import user_source
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ def layers(program) -> list[Layer]:
         if node.op != "call_function" or not stack or not _is_tensor(node.meta.get("val")):
             continue
         path, kind = list(stack.values())[-1]
-        layer = Layer(node.name, path, str(kind).rsplit(".", 1)[-1], _user_source(node.meta.get("stack_trace")))
+        layer = Layer(node.name, path, str(kind).rsplit(".", 1)[-1], user_source(node.meta.get("stack_trace")))
         if result and result[-1].module == path:
             result[-1] = layer
         else:
@@ -45,15 +46,12 @@ def _is_tensor(val) -> bool:
     return val is not None and hasattr(val, "shape") and hasattr(val, "dtype")
 
 
-def _user_source(stack_trace: str | None) -> str | None:
-    frames = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s*(.+)', stack_trace or "")
-    user = [f for f in frames if "/torch/" not in f[0] and "site-packages" not in f[0]]
-    return f"{user[-1][0]}:{user[-1][1]}: {user[-1][2].strip()}" if user else None
-
-
 def truncated_program(program, node_name: str, example_inputs: tuple):
-    """The exported program cut after ``node_name`` (its value becomes the only output), exported again."""
+    """The exported program cut after ``node_name`` (its value becomes the only output), exported again.
+    The module's pytree output spec is replaced too: it still described the model's own outputs, and a
+    multi-output model would otherwise fail to unflatten one value into several."""
     import torch
+    from torch.utils._pytree import tree_flatten
 
     module = program.module()
     graph = module.graph
@@ -61,17 +59,39 @@ def truncated_program(program, node_name: str, example_inputs: tuple):
     output = next(n for n in graph.nodes if n.op == "output")
     graph.erase_node(output)
     graph.output((target,))
+    codegen = graph._codegen
+    if getattr(codegen, "pytree_info", None) is not None:
+        codegen.pytree_info = codegen.pytree_info._replace(out_spec=tree_flatten((0,))[1])
     graph.eliminate_dead_code()
     module.recompile()
     return torch.export.export(module, tuple(example_inputs), strict=False)
 
 
-def first_divergent_layer(target, job, sample: list, budget: dict, threads: int, max_steps: int = 12) -> dict | None:
-    """Bisect over layers; returns the report's ``diverged_at`` entry, or None if no layer could be blamed."""
+def feeding(program, output: int) -> set[str]:
+    """Names of the nodes user output ``output`` depends on (itself included)."""
+    from torch.export.graph_signature import OutputKind
+
+    specs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    name = getattr(specs[output].arg, "name", None) if output < len(specs) else None
+    nodes = {n.name: n for n in program.graph.nodes}
+    seen, todo = set(), [nodes[name]] if name in nodes else []
+    while todo:
+        node = todo.pop()
+        if node.name not in seen:
+            seen.add(node.name)
+            todo.extend(node.all_input_nodes)
+    return seen
+
+
+def first_divergent_layer(target, job, sample: list, budget: dict, threads: int, output: int = 0,
+                          max_steps: int = 12) -> dict | None:
+    """Bisect over the layers that feed the failing output; returns the report's ``diverged_at`` entry,
+    or None if no layer could be blamed."""
     from edgeport.runtimes.torch_eager import EagerRunner
     from edgeport.validate.parity import compare
 
-    candidates = layers(job.program)
+    upstream = feeding(job.program, output)
+    candidates = [layer for layer in layers(job.program) if layer.node in upstream]
     if not candidates:
         return None
 

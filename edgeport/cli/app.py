@@ -1,0 +1,122 @@
+"""The Typer app and what its commands share: option definitions, the progress line, error handling, and
+the flags targets declare for themselves (built from the registry, so no command names a target).
+
+Start-up imports nothing heavy (no torch, no converters): ``edgeport --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from typing import List, Optional
+
+import typer
+
+from edgeport.errors import UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Export a PyTorch model once, convert it for LiteRT / TPU / ONNX, and prove every artifact.")
+
+# Options shared by several commands: one definition, so their flags and help cannot drift apart.
+THREADS_OPTION = typer.Option("1", "--threads", help="threads for every runtime and the PyTorch reference; 'auto': pick each target's runner and thread count by a short sweep")
+SAMPLES_OPTION = typer.Option(8, "--samples", help="parity samples: the example inputs + seeded random ones")
+SEED_OPTION = typer.Option(0, "--seed", help="seed of the random parity samples")
+DATA_OPTION = typer.Option(None, "--data", help="real inputs: file.npz, a directory of .npz/.npy, or file.py:make_inputs")
+NO_LATENCY_OPTION = typer.Option(False, "--no-latency", help="skip latency measurement")
+CONFIG_OPTION = typer.Option(None, "--config", help="edgeport.toml (default: ./edgeport.toml or [tool.edgeport] in ./pyproject.toml)")
+BUDGET_OPTION = typer.Option([], "--budget", help="parity budget override [TARGET.][VARIANT.]KEY=VALUE")
+SEQ_LEN_OPTION = typer.Option(16, "--seq-len", help="hf: text models' example sequence length")
+BASELINE_OPTION = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one")
+TRUST_PICKLE_OPTION = typer.Option(False, "--trust-pickle", help="let a .pt2 unpickle objects (runs code stored in the archive: only for files you trust)")
+TRUST_REMOTE_CODE_OPTION = typer.Option(False, "--trust-remote-code", help="hf: let the model directory's own Python code run (only for repositories you trust)")
+MODEL_ARGUMENT = typer.Argument(..., help="file.py:callable, package.module:callable, program.pt2 or hf:<dir|hub id>")
+
+
+def usage_line(message: str) -> str:
+    """Bad input as the one line users see: control characters out, first line only."""
+    from edgeport.diagnostics import clean
+
+    lines = clean(str(message)).strip().splitlines()
+    return f"edgeport: error: {lines[0] if lines else 'bad input'}"
+
+
+def fail_usage(message: str) -> None:
+    """Bad input: one line on stderr, exit 2, never a traceback."""
+    typer.echo(usage_line(message), err=True)
+    raise typer.Exit(2)
+
+
+def parse_threads(text: str) -> int | str:
+    """--threads N or --threads auto; anything else is bad input (exit 2, before any heavy work)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        fail_usage(f"--threads must be a number >= 1 or 'auto', got {text!r}")
+    return value
+
+
+def with_progress(work):
+    """Run ``work(progress)`` under a Rich status line on the terminal's stderr (conversions redirect fd 2
+    into the run's log); usage errors become one line + exit 2, our own bugs one line + exit 1."""
+    from rich.console import Console
+
+    from edgeport.pipeline.proc import terminal_stream
+
+    console = Console(file=terminal_stream(2), stderr=True)
+    try:
+        with console.status("starting") as status:
+            return work(lambda message: show_step(console, status, message))
+    except UsageError as exc:
+        fail_usage(str(exc))
+    except Exception as exc:  # a bug of ours, not bad input: one line unless asked for the traceback
+        if os.environ.get("EDGEPORT_DEBUG"):
+            raise
+        from edgeport.diagnostics import first_line
+
+        typer.echo(f"edgeport: internal error: {first_line(exc)} (EDGEPORT_DEBUG=1 shows the traceback)", err=True)
+        raise typer.Exit(1)
+
+
+def show_step(console, status, message: str) -> None:
+    """On a terminal the status line changes; in a CI log (no terminal, no spinner) each step is a line."""
+    status.update(f"[bold]{escape(message)}")
+    if not console.is_terminal:
+        console.print(f"edgeport: {escape(message)}", highlight=False)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    from edgeport.diagnostics import clean
+
+    return rich_escape(clean(str(text)))
+
+
+def with_target_options(command):
+    """Add every registered target's own options (``TargetOption``) to ``command``'s flags; the command
+    receives them as one ``target_options`` dict keyed by option key."""
+    from edgeport.export.registry import all_options
+
+    options = all_options()
+    params = [p for p in inspect.signature(command).parameters.values() if p.name != "target_options"]
+    extra = [inspect.Parameter(o.key, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o),
+                               default=typer.Option(o.default, f"--{o.flag}", help=o.help)) for o in options]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        values = {o.key: list(kwargs.pop(o.key)) if o.multiple else kwargs.pop(o.key) for o in options}
+        return command(**kwargs, target_options=values)
+
+    wrapper.__signature__ = inspect.Signature(params + extra)
+    return wrapper
+
+
+def _annotation(option):
+    if option.kind is bool:
+        return bool
+    return List[str] if option.multiple else Optional[str]

@@ -1,0 +1,131 @@
+"""``convert``, ``validate``, ``report`` and ``check``: parse flags, call the library API, print. No logic
+of their own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from edgeport.cli.app import (BASELINE_OPTION, BUDGET_OPTION, CONFIG_OPTION, DATA_OPTION, MODEL_ARGUMENT,
+                              NO_LATENCY_OPTION, SAMPLES_OPTION, SEED_OPTION, SEQ_LEN_OPTION, THREADS_OPTION,
+                              TRUST_PICKLE_OPTION, TRUST_REMOTE_CODE_OPTION, app, parse_threads, with_progress,
+                              with_target_options)
+from edgeport.cli.summary import print_findings, print_summary
+
+
+@app.command()
+@with_target_options
+def convert(
+    model: str = MODEL_ARGUMENT,
+    target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to convert for (repeatable; see `edgeport targets`)"),
+    out: Path = typer.Option(Path("dist"), "--out", "-o", help="output directory"),
+    quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant, e.g. fp16, bf16, dynamic-int8, weight-int8, int8 (repeatable; `edgeport targets` lists each target's)"),
+    input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. x:1x3x224x224:float32"),
+    threads: str = THREADS_OPTION,
+    samples: int = SAMPLES_OPTION,
+    seed: int = SEED_OPTION,
+    data: Optional[str] = DATA_OPTION,
+    calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="int8 calibration inputs (same forms as --data)"),
+    no_latency: bool = NO_LATENCY_OPTION,
+    force: bool = typer.Option(False, "--force", help="replace an --out directory edgeport wrote before"),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in --out)"),
+    config: Optional[Path] = CONFIG_OPTION,
+    budget: List[str] = BUDGET_OPTION,
+    hf_task: str = typer.Option("auto", "--hf-task", help="hf: head: auto (config's architecture), base, text-classification, causal-lm, ..."),
+    seq_len: int = SEQ_LEN_OPTION,
+    localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
+    baseline: Optional[Path] = BASELINE_OPTION,
+    decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS = {'ns::op': fn} for custom ops"),
+    dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the report says which targets kept it"),
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
+    target_options: dict = None,
+) -> None:
+    """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
+    from edgeport import api
+
+    opts = api.convert_options(
+        model=model, inputs=input, hf_task=hf_task, seq_len=seq_len, dynamic=dynamic, decompositions=decompositions,
+        trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit,
+        threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
+        budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
+        calibration_data=calibration_data, target_options=target_options)
+    result = with_progress(lambda progress: api.convert(opts, progress))
+    print_summary(result.report, result.out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def validate(
+    directory: Path = typer.Argument(..., help="an edgeport --out directory (report.json, manifest.json, exported.pt2)"),
+    threads: str = THREADS_OPTION,
+    samples: int = SAMPLES_OPTION,
+    seed: int = SEED_OPTION,
+    data: Optional[str] = DATA_OPTION,
+    no_latency: bool = NO_LATENCY_OPTION,
+    junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in DIR)"),
+    config: Optional[Path] = CONFIG_OPTION,
+    budget: List[str] = BUDGET_OPTION,
+    baseline: Optional[Path] = BASELINE_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+) -> None:
+    """Re-run parity and latency on the artifacts in DIR (no conversion) and update its report."""
+    from edgeport import api
+
+    judge = api.JudgeOptions(threads=parse_threads(threads), samples=samples, seed=seed, data=data,
+                             latency=not no_latency, config=config, budgets=tuple(budget), baseline=baseline)
+    result = with_progress(lambda progress: api.validate(directory, judge, junit, trust_pickle, progress))
+    print_summary(result.report, result.out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def report(
+    directory: Path = typer.Argument(..., help="an edgeport --out directory holding report.json"),
+    format: List[str] = typer.Option(["md", "html"], "--format", "-f", help="md, html or junit (repeatable)"),
+    baseline: Optional[Path] = BASELINE_OPTION,
+    config: Optional[Path] = typer.Option(None, "--config", help="edgeport.toml with [baseline] thresholds"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write the one --format here instead of DIR"),
+) -> None:
+    """Render report.json again (report.md / report.html / junit.xml); exit code = the report's verdict."""
+    from edgeport import api
+
+    result = with_progress(lambda _progress: api.render(directory, list(format), baseline, config, output))
+    print_summary(result.report, result.out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def check(
+    model: str = MODEL_ARGUMENT,
+    target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to check (repeatable)"),
+    input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH]"),
+    hf_task: str = typer.Option("auto", "--hf-task", help="hf: head"),
+    seq_len: int = SEQ_LEN_OPTION,
+    decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS"),
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
+    trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
+) -> None:
+    """Before converting: which ops each target will refuse and which rewrite fixes them (exit 1 if unfixable)."""
+    from edgeport.check import check as run_check
+    from edgeport.errors import ExportFailed
+    from edgeport.sources import SourceOptions
+
+    source = SourceOptions(model=model, inputs=tuple(input), hf_task=hf_task, seq_len=seq_len,
+                           decompositions=decompositions, trust_pickle=trust_pickle, trust_remote_code=trust_remote_code)
+
+    def work(_progress):
+        try:
+            return run_check(source, list(target))
+        except ExportFailed as exc:
+            return exc
+
+    result = with_progress(work)
+    if isinstance(result, ExportFailed):
+        typer.echo(f"edgeport: {result}", err=True)
+        raise typer.Exit(1)
+    findings, module_rewrites = result
+    print_findings(findings, module_rewrites, list(dict.fromkeys(target)))
+    raise typer.Exit(0 if all(f.fixed for f in findings) else 1)

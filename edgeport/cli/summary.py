@@ -1,0 +1,79 @@
+"""What the terminal shows after a run: the summary table, target sections, errors and the verdict.
+
+The main reader of this table is a CI log: stdout is not a terminal there and Rich would squeeze ten
+columns into 80 (``targ…``, ``8.94…``). So: on a terminal, a Rich table; elsewhere a plain aligned text
+table at full width (or Rich at ``COLUMNS`` when the caller set it), never truncating a cell.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+
+def print_summary(report: dict, out: Path) -> None:
+    from edgeport.validate.render import HEADERS, summary_rows, target_sections
+
+    tables = [(f"edgeport — {report['model']['spec']}", HEADERS, summary_rows(report))]
+    tables += [(s.title, s.headers, s.rows) for s in target_sections(report)]
+    for title, headers, rows in tables:
+        print_table(title, headers, rows)
+    for r in report["targets"]:  # errors and regressions here; notes are in the report files
+        for text in ([r["error"]] if r.get("error") else []) + [f"REGRESSION: {t}" for t in r.get("regressions") or []]:
+            typer.echo(printable(f"{r['target']} {r['variant']}: {text}"))
+    for text in (report.get("baseline") or {}).get("notes") or []:
+        typer.echo(printable(f"baseline: {text}"))
+    typer.echo(f"{'PASSED' if report['passed'] else 'FAILED'} — report: {out / 'report.md'}")
+
+
+def print_table(title: str, headers, rows) -> None:
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        rich_table(title, headers, rows)
+    else:
+        typer.echo(plain_table(title, headers, rows))
+
+
+def rich_table(title: str, headers, rows) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=printable(title))
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        style = {"ok": "green", "failed": "red", "skipped": "yellow"}.get(str(row[2]).split(" ")[0]) if len(row) > 2 else None
+        table.add_row(*[printable(c) for c in row], style=style)
+    Console(markup=False).print(table)
+
+
+def plain_table(title: str, headers, rows) -> str:
+    """Columns padded to their widest cell: readable in any log, grep-able, never cut."""
+    cells = [list(headers)] + [[printable(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([printable(title), line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])
+
+
+def printable(text) -> str:
+    """Model-provided text for the terminal: no escape sequences or control characters, one line."""
+    from edgeport.diagnostics import clean
+
+    return clean(str(text)).replace("\n", " ")
+
+
+def print_findings(findings, module_rewrites: list[str], targets: list[str]) -> None:
+    """One line per refused op: target, op, count, what the raw converter says, the fixing pass."""
+    if module_rewrites:
+        typer.echo(f"module rewrites (every target): {', '.join(module_rewrites)}")
+    for f in findings:
+        fix = f"fixed by {', '.join(f.fixed_by)}" if f.fixed else "NOT FIXED"
+        typer.echo(printable(f"{f.target}: {f.op} x{f.count}: {fix} (raw: {f.why})"))
+        if not f.fixed and "::" in f.op:
+            typer.echo(f"  register a decomposition: --decompositions my_decomps.py defining "
+                       f"DECOMPOSITIONS = {{'{f.op}': fn}} (fn written in traceable torch)")
+    for name in targets:
+        bad = [f.op for f in findings if f.target == name and not f.fixed]
+        typer.echo(f"{name}: " + (f"will refuse {', '.join(bad)}" if bad else "ok"))

@@ -1,0 +1,63 @@
+"""``targets``, ``serve-web`` and ``bundle``: the capability table and the sample apps' helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from edgeport.cli.app import app, fail_usage
+from edgeport.cli.summary import print_table
+from edgeport.errors import UsageError
+
+
+@app.command()
+def targets() -> None:
+    """List targets, their variants and whether they are installed (the capability table)."""
+    from edgeport.export.registry import all_targets
+
+    rows = [[t.name, ", ".join(t.variants), "yes" if not t.missing_requirements() else f"no — {t.install_hint}",
+             t.description] for t in all_targets()]
+    print_table("edgeport targets", ["target", "variants", "installed", "description"], rows)
+
+
+@app.command("serve-web")
+def serve_web(
+    out: Path = typer.Argument(..., help="an edgeport convert --out directory"),
+    port: int = typer.Option(8000, "--port", help="port on 127.0.0.1 (0 = any free port)"),
+    variant: Optional[str] = typer.Option(None, "--variant", help="LiteRT variant the page runs (default fp32)"),
+) -> None:
+    """Serve the LiteRT.js web sample (samples/web) for OUT on localhost and print its URL."""
+    from edgeport.web import make_server, page_url
+
+    try:
+        server = make_server(out, port=port)
+    except (UsageError, OSError) as exc:
+        fail_usage(str(exc))
+    typer.echo(f"serving {out} — open {page_url(server, variant)} (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command()
+def bundle(
+    out: Path = typer.Argument(..., help="an edgeport convert --out directory"),
+    android: Optional[Path] = typer.Option(None, "--android", help="Android sample app directory (samples/android)"),
+    ios: Optional[Path] = typer.Option(None, "--ios", help="iOS sample app directory (samples/ios)"),
+) -> None:
+    """Copy manifest.json, the models and the parity sample from OUT into a sample app's assets."""
+    from edgeport.bundle import bundle as copy_bundle
+
+    apps = {name: app for name, app in (("android", android), ("ios", ios)) if app is not None}
+    if not apps:
+        fail_usage("give --android DIR and/or --ios DIR")
+    try:
+        for platform, app_dir in apps.items():
+            typer.echo(f"{platform}: {copy_bundle(out, app_dir, platform)}")
+    except UsageError as exc:
+        fail_usage(str(exc))

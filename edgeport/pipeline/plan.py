@@ -1,0 +1,119 @@
+"""Everything that can be checked before minutes of work is checked here: targets, variants, target
+options, threads, samples, the output directory, the budgets and the baseline. A bad value is a
+:class:`UsageError` (exit 2) before anything heavy loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeport.errors import UsageError
+from edgeport.pipeline.options import ConvertOptions, JudgeOptions
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An earlier report.json, already checked readable, with the thresholds to judge against it."""
+
+    report: dict
+    thresholds: dict
+    source: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will run, decided (and validated) before any heavy work starts."""
+
+    rows: list[tuple[object, str]]     # (Target, variant)
+    config: dict
+    budget_flags: list
+    baseline: Baseline | None = None
+    decompositions: dict = field(default_factory=dict)
+
+
+def plan(opts: ConvertOptions) -> Plan:
+    from edgeport.config import load_config, parse_budget_flags
+    from edgeport.pipeline.outdir import check_output_dir
+
+    targets = requested_targets(opts.targets)
+    check_variants(opts.quantize, targets)
+    for target in targets:
+        target.validate_options(opts.target_options)
+    check_dynamic(opts.source.dynamic)
+    check_judge(opts.judge)
+    rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
+    check_output_dir(opts.output.out, opts.output.force, input_paths(opts))
+    config = load_config(opts.judge.config)
+    return Plan(rows, config, parse_budget_flags(opts.judge.budgets), read_baseline(opts.judge.baseline, config),
+                load_user_decompositions(opts.source.decompositions))
+
+
+def requested_targets(names) -> list:
+    from edgeport.export.registry import get_target, target_names
+
+    if not names:
+        raise UsageError(f"no --target given; known targets: {', '.join(target_names())}")
+    unknown = [t for t in names if t not in target_names()]
+    if unknown:
+        raise UsageError(f"unknown target {unknown[0]!r}; known targets: {', '.join(target_names())}")
+    return [get_target(name) for name in dict.fromkeys(names)]
+
+
+def check_variants(quantize, targets: list) -> None:
+    for q in quantize:
+        if not any(q in t.variants for t in targets):
+            known = sorted({v for t in targets for v in t.variants})
+            raise UsageError(f"--quantize {q!r} is not offered by {', '.join(t.name for t in targets)}; known: {', '.join(known)}")
+
+
+def check_dynamic(dynamic) -> None:
+    from edgeport.export.program import DYNAMIC_DIMS
+
+    unknown = [d for d in dynamic if d not in DYNAMIC_DIMS]
+    if unknown:
+        raise UsageError(f"--dynamic {unknown[0]!r} is not supported; supported: {', '.join(DYNAMIC_DIMS)}")
+
+
+def check_judge(judge: JudgeOptions) -> None:
+    if judge.threads != "auto" and (not isinstance(judge.threads, int) or judge.threads < 1):
+        raise UsageError(f"--threads must be a number >= 1 or 'auto', got {judge.threads!r}")
+    if judge.samples < 1:
+        raise UsageError("--samples must be at least 1")
+
+
+def input_paths(opts: ConvertOptions) -> list[Path]:
+    """Files the run reads: ``--force`` must never replace a directory that holds one of them."""
+    texts = [opts.source.model.removeprefix("hf:"), opts.judge.data, opts.calibration_data,
+             opts.source.decompositions, opts.judge.config]
+    return [Path(file_part(str(t))) for t in texts if t]
+
+
+def file_part(text: str) -> str:
+    """``model.py:build`` -> ``model.py``; anything else unchanged."""
+    where, sep, _ = text.rpartition(":")
+    return where if sep and where.endswith(".py") else text
+
+
+def fixed_threads(threads: int | str) -> int:
+    """The thread count for what --threads auto does not sweep (the PyTorch reference, localize): all cores."""
+    from edgeport.validate.autotune import max_threads
+
+    return max_threads() if threads == "auto" else int(threads)
+
+
+def read_baseline(path: Path | None, config: dict) -> Baseline | None:
+    """Read and check the baseline (and its thresholds) before any heavy work: a bad one is exit 2."""
+    from edgeport.config import baseline_thresholds
+    from edgeport.validate.baseline import load_baseline
+
+    if path is None:
+        return None
+    return Baseline(load_baseline(path), baseline_thresholds(config), str(path))
+
+
+def load_user_decompositions(path_text: str | None) -> dict:
+    if not path_text:
+        return {}
+    from edgeport.export.rewrites import load_decompositions
+
+    return load_decompositions(path_text)

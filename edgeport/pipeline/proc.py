@@ -1,0 +1,71 @@
+"""File-descriptor redirection: the one way edgeport keeps other libraries' output off the terminal.
+
+Converters, runtimes and compilers print progress, warnings and C++ logs straight to file descriptors 1
+and 2, below anything Python's ``sys.stdout`` or ``logging`` can intercept. Redirecting at the fd level
+sends all of it to a log file (the run's log in DIR, or an artifact's own log), so the terminal carries
+edgeport's lines only, and the text is still there when a failure needs quoting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+class Captured:
+    """What was written while redirected; readable during and after the redirection."""
+
+    def __init__(self, path: Path, keep: bool):
+        self.path, self.keep, self._text = path, keep, None
+
+    def text(self) -> str:
+        if self._text is not None:
+            return self._text
+        try:
+            return self.path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        """A temporary capture keeps its text in memory and removes its file; a log keeps its file
+        (removed only if nothing was written, so empty logs do not litter DIR)."""
+        self._text = self.text()
+        if not self.keep or (self.path.exists() and self.path.stat().st_size == 0):
+            self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def redirected(log_path: Path | None = None, fds: tuple[int, ...] = (1, 2)):
+    """Send ``fds`` to ``log_path`` (appended) or, with no path, to a temporary capture. Nests: each
+    level restores what it found."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if log_path is None:
+        handle, name = tempfile.mkstemp(prefix="edgeport-", suffix=".log")
+        os.close(handle)
+        log_path, keep = Path(name), False
+    else:
+        keep = True
+    captured = Captured(Path(log_path), keep)
+    saved = [os.dup(fd) for fd in fds]
+    with open(log_path, "a") as log:
+        for fd in fds:
+            os.dup2(log.fileno(), fd)
+        try:
+            yield captured
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip(fds, saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+    captured.close()
+
+
+def terminal_stream(fd: int = 2):
+    """A text stream on what ``fd`` is *now* (the terminal, before any redirection), for edgeport's own
+    progress and messages while library output goes to a log."""
+    return os.fdopen(os.dup(fd), "w", buffering=1)

@@ -1,0 +1,229 @@
+"""One target x variant: convert -> judge (load, run, parity, latency) -> localize -> parity sample.
+
+Any failure is recorded in the row, never raised: a failed target never hides the others. An artifact
+that converts but cannot load or run is a failure here, not something a user finds on a phone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeport.diagnostics import first_line
+from edgeport.pipeline.proc import redirected
+from edgeport.pipeline.session import Session
+
+OMIT_WHEN_NONE = ("diverged_at", "runner_choice", "parity_sample", "sha256", "check_seconds")
+
+
+@dataclass
+class Verdict:
+    """What running an artifact showed: status, parity, latency, and what the runtime added."""
+
+    status: str
+    error: str | None = None
+    parity: dict | None = None
+    latency_ms: dict | None = None
+    io: dict | None = None
+    details: dict = field(default_factory=dict)    # runtime's own fields (not_delegated, runner_choice, ...)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Row:
+    """One line of the report. ``details`` holds what only its target or runtime knows (ops, compiles);
+    :meth:`to_json` flattens it into the report row."""
+
+    target: str
+    variant: str
+    status: str = "ok"
+    error: str | None = None
+    required: bool = True
+    artifact: str | None = None
+    size_bytes: int | None = None
+    sha256: str | None = None
+    convert_seconds: float | None = None
+    check_seconds: float | None = None
+    parity: dict | None = None
+    latency_ms: dict | None = None
+    io: dict | None = None
+    parity_sample: str | None = None
+    diverged_at: dict | None = None
+    rewrites: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+    def note(self, *texts: str) -> None:
+        self.notes.extend(t for t in texts if t not in self.notes)
+
+    def apply(self, verdict: Verdict) -> "Row":
+        self.status, self.error = verdict.status, verdict.error
+        self.parity, self.latency_ms, self.io = verdict.parity, verdict.latency_ms, verdict.io
+        self.details.update(verdict.details)
+        self.note(*verdict.notes)
+        return self
+
+    def to_json(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "details"}
+        data = {k: v for k, v in data.items() if not (k in OMIT_WHEN_NONE and v is None)}
+        return {**data, **self.details}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Row":
+        names = {f.name for f in dataclasses.fields(cls)} - {"details"}
+        known = {k: v for k, v in data.items() if k in names}
+        return cls(**known, details={k: v for k, v in data.items() if k not in names})
+
+
+def run_row(target, variant: str, session: Session, staging: Path, budget: dict, required: bool = True) -> Row:
+    """Convert, load, check and time one (target, variant)."""
+    from edgeport.export.registry import ConvertJob
+
+    row = Row(target.name, variant, required=required)
+    missing = target.missing_requirements()
+    if missing:
+        row.status, row.error = "skipped", f"not installed ({', '.join(missing)}): {target.install_hint}"
+        return row
+    out_dir = staging / target.name
+    out_dir.mkdir(exist_ok=True)
+    log = out_dir / f"convert_{variant}.log"
+    start = time.perf_counter()
+    prepared = session.rewrites.for_target(target)
+    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
+                     session.job_options(), notes=list(prepared.notes))
+    row.rewrites = [*session.module_rewrites, *prepared.applied]
+    budget = budget_after_rewrites(budget, prepared)
+    try:
+        with redirected(log):
+            converted = target.convert(job)
+    except Exception as exc:
+        row.status, row.error = "failed", conversion_error(exc, prepared.program)
+        row.note(*job.notes)
+        return row
+    record_artifact(row, converted, staging, start)
+    row.note(*job.notes)
+    start = time.perf_counter()
+    with redirected(log):  # runtimes log too (e.g. delegate creation)
+        row.apply(judge_artifact(target, converted.artifact, session, budget))
+        if row.parity and not row.parity["passed"] and session.judge.localize:
+            localize(row, target, job, session, budget)
+    row.check_seconds = round(time.perf_counter() - start, 3)
+    if row.io:
+        row.parity_sample = parity_sample_for(out_dir, row, session, staging)
+    return row
+
+
+def record_artifact(row: Row, converted, staging: Path, start: float) -> None:
+    row.convert_seconds = round(time.perf_counter() - start, 3)
+    row.artifact = str(converted.artifact.relative_to(staging))
+    row.size_bytes = converted.artifact.stat().st_size
+    row.sha256 = sha256_of(converted.artifact)
+    row.details.update(converted.details)
+
+
+def judge_artifact(target, artifact: Path, session: Session, budget: dict) -> Verdict:
+    """Load and run the artifact in its runtime on every sample; compare with PyTorch; time it."""
+    from edgeport.validate.latency import measure
+    from edgeport.validate.parity import compare
+
+    details = {}
+    try:
+        if session.judge.threads == "auto":
+            from edgeport.validate.autotune import pick_runner
+
+            with redirected():  # the sweep's losing runners' native chatter
+                runner, details["runner_choice"] = pick_runner(target, artifact, session.samples[0])
+        else:
+            runner = target.load_runner(artifact, session.judge.threads)
+        outputs = [runner.run(sample) for sample in session.samples]
+    except Exception as exc:
+        return Verdict("failed", target.describe_error(exc))
+    parity = compare(session.reference, outputs, budget, [o.name for o in session.signature.outputs])
+    parity["sample_origin"] = session.sample_origin
+    latency = measure(lambda: runner.run(session.samples[0]), runner.threads) if session.judge.latency else None
+    details.update(runner.details())
+    error = None if parity["passed"] else f"parity: {parity['message']}"
+    return Verdict("ok" if parity["passed"] else "failed", error, parity, latency, runner.io(), details,
+                   slower_than_eager(runner, details, latency, session.reference_latency))
+
+
+def slower_than_eager(runner, details: dict, latency: dict | None, reference: dict | None) -> list[str]:
+    """A note when the artifact's p50 is above PyTorch eager's and its runtime can say why (e.g. LiteRT
+    ops left outside XNNPACK), so a slow artifact comes with the ops to look at."""
+    if not latency or not reference or latency["p50"] <= reference["p50"]:
+        return []
+    reason = runner.why_slow(details)
+    if not reason:
+        return []
+    ratio = latency["p50"] / reference["p50"]
+    return [f"p50 {latency['p50']:.3f} ms is {ratio:.1f}x PyTorch eager's {reference['p50']:.3f} ms; {reason}"]
+
+
+def localize(row: Row, target, job, session: Session, budget: dict) -> None:
+    """Name the first layer that diverges, on the worst sample of the first failing output."""
+    from edgeport.pipeline.plan import fixed_threads
+    from edgeport.validate.localize import first_divergent_layer
+
+    failing = next((o for o in row.parity["outputs"] if not o["passed"]), row.parity["outputs"][0])
+    sample = session.samples[failing.get("worst_sample", 0)]
+    try:
+        where = first_divergent_layer(target, job, sample, budget, fixed_threads(session.judge.threads),
+                                      output=row.parity["outputs"].index(failing))
+    except Exception as exc:
+        row.note(f"could not localize the divergence: {first_line(exc)}")
+        return
+    row.diverged_at = where
+    if where is not None:
+        at = f"{where['layer']} ({where['kind']})" + (f" called at {where['source']}" if where.get("source") else "")
+        row.error = f"{row.error}; first diverging layer: {at}"
+
+
+def parity_sample_for(target_dir: Path, row: Row, session: Session, staging: Path) -> str | None:
+    """The target's parity sample (written by its first artifact that ran), if this artifact can take it."""
+    from edgeport.validate.sample import DIRNAME, fits, write_parity_sample
+
+    index = target_dir / DIRNAME / "index.json"
+    try:
+        if not index.exists():
+            write_parity_sample(target_dir, row.io, row.variant, session.samples[0], session.reference[0])
+        return str(index.relative_to(staging)) if fits(index, row.io) else None
+    except Exception as exc:  # a runtime whose io() numpy cannot read: the artifact is still good
+        row.note(f"parity sample not written: {first_line(exc)}")
+        return None
+
+
+def sha256_of(path: Path) -> str:
+    """Recorded at conversion so ``validate`` can tell the artifact it judges is the one that was converted."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def budget_after_rewrites(budget: dict, prepared) -> dict:
+    """A bf16/fp16 model converted in fp32 is judged with its own precision's budget: the artifact is more
+    precise than the reference, and the difference is the model's rounding, not the converter's."""
+    if not prepared.reference_precision:
+        return budget
+    from edgeport.validate.parity import default_budget
+
+    merged = dict(budget)
+    for key, value in default_budget(prepared.reference_precision).items():
+        current = merged.get(key)
+        merged[key] = value if current is None else (max(current, value) if "err" in key else min(current, value))
+    return merged
+
+
+def conversion_error(exc: BaseException, program) -> str:
+    """The converter's summary and the user's line, plus what edgeport knows about ops no pass could fix."""
+    from edgeport.diagnostics import summary, user_frame, with_location
+    from edgeport.export.rewrites import describe_custom_ops
+
+    hints = describe_custom_ops(program)
+    text = with_location(f"conversion failed: {summary(exc)}", user_frame(exc))
+    return text + (f" — {'; '.join(hints)}" if hints else "")

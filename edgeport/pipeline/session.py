@@ -1,0 +1,84 @@
+"""The state every row of one run shares: the one program, its samples and PyTorch's outputs on them.
+
+Built once (:meth:`Session.start`) and never changed afterwards; the one thing that grows during a run,
+the program rewritten for each set of target passes, lives in :class:`RewriteCache`, which re-exports at
+most once per set of passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edgeport.diagnostics import first_line
+from edgeport.pipeline.options import JudgeOptions
+
+
+class RewriteCache:
+    """The program as each target needs it (its declared passes + --decompositions). A pass that breaks
+    the program falls back to the original one, with a note saying so."""
+
+    def __init__(self, program, example: tuple, decompositions: dict):
+        self.program, self.example, self.decompositions = program, example, decompositions
+        self._done: dict = {}
+
+    def for_target(self, target):
+        from edgeport.export.rewrites import RewriteFailed, apply_rewrites
+
+        key = tuple(target.rewrites)
+        if key not in self._done:
+            notes = []
+            # an untraceable custom op body is the likeliest breakage: retry without inlining, then without all
+            for names in dict.fromkeys((key, tuple(n for n in key if n != "inline_custom_ops"), ())):
+                try:
+                    result = apply_rewrites(self.program, self.example, names, self.decompositions if names else {})
+                    result.notes[:0] = notes
+                    self._done[key] = result
+                    break
+                except RewriteFailed as exc:
+                    notes.append(f"rewrite skipped: {first_line(exc)}")
+        return self._done[key]
+
+
+@dataclass(frozen=True)
+class Session:
+    program: object
+    example: tuple                     # flat example tensors, in signature order
+    signature: object
+    samples: list                      # parity inputs: real data first, then the example and seeded random ones
+    reference: list                    # PyTorch's outputs on each sample
+    reference_latency: dict | None
+    judge: JudgeOptions
+    sample_origin: dict
+    data: dict | None = None           # {"kind", "source", "samples"} of --data, for the report
+    module_rewrites: tuple = ()
+    calibration: list | None = None    # --calibration-data samples (None: the parity samples stand in)
+    target_options: dict = field(default_factory=dict)
+    dynamic: tuple = ()
+    rewrites: RewriteCache | None = None
+
+    @classmethod
+    def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":
+        """Samples (example + seeded random + ``--data``), PyTorch's reference outputs and its latency."""
+        from edgeport.pipeline.plan import fixed_threads
+        from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs, to_numpy
+        from edgeport.validate.data import load_data_with_kind, make_samples
+        from edgeport.validate.latency import measure
+
+        example = flatten_inputs(loaded.example_inputs)
+        samples = make_samples([to_numpy(x) for x in example], judge.samples, judge.seed)
+        real, kind = load_data_with_kind(judge.data, signature) if judge.data else ([], None)
+        reference_model = loaded.module if loaded.module is not None else program.module()
+        threads = fixed_threads(judge.threads)
+        eager = EagerRunner(reference_model, [i.dtype for i in signature.inputs], threads)
+        progress("PyTorch reference")
+        reference = [eager.run(s) for s in real + samples]
+        latency = measure(lambda: eager.run(samples[0]), threads) if judge.latency else None
+        origin = {"real": len(real), "random": len(samples) - 1, "example": 1}
+        data = {"kind": kind, "source": judge.data, "samples": len(real)} if judge.data else None
+        extra.setdefault("rewrites", RewriteCache(program, example, extra.pop("decompositions", {})))
+        return cls(program, example, signature, real + samples, reference, latency, judge, origin, data, **extra)
+
+    def job_options(self) -> dict:
+        """What a target's convert() reads besides the program: its own options, calibration, samples."""
+        return {**self.target_options, "calibration": self.calibration or self.samples, "samples": self.samples,
+                "dynamic": list(self.dynamic), "calibration_is_real": self.calibration is not None}

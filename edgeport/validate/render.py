@@ -1,0 +1,159 @@
+"""Renderings of report.json: the summary table every format shares, Markdown and JUnit. (HTML is in
+:mod:`edgeport.validate.render_html`.) Each works from the JSON alone, so ``edgeport report DIR`` can
+render again later; target-specific tables come from the target's own ``report_sections``.
+"""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+HEADERS = ["target", "variant", "status", "size", "max abs err", "max rel err", "cosine min", "p50 ms", "p90 ms", "vs eager"]
+
+
+def fmt(value, spec: str = ".3g") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return value
+    return format(value, spec)
+
+
+def status_text(row: dict) -> str:
+    return row["status"] + (" (optional)" if row.get("required") is False else "")
+
+
+def summary_rows(report: dict) -> list[list[str]]:
+    """One row per target × variant: the table every rendering (terminal, md, html) shows."""
+    eager = (report.get("reference") or {}).get("latency_ms") or {}
+    rows = []
+    for r in report["targets"]:
+        parity, latency = r.get("parity") or {}, r.get("latency_ms") or {}
+        speedup = f"{eager['p50'] / latency['p50']:.2f}×" if eager.get("p50") and latency.get("p50") else "–"
+        size = f"{r['size_bytes'] / 1024:.1f} KiB" if r.get("size_bytes") else "–"
+        rows.append([r["target"], r["variant"], status_text(r), size, fmt(parity.get("max_abs_err")),
+                     fmt(parity.get("max_rel_err")), fmt(parity.get("cosine_min"), ".6f"),
+                     fmt(latency.get("p50"), ".3f"), fmt(latency.get("p90"), ".3f"), speedup])
+    return rows
+
+
+def target_sections(report: dict) -> list:
+    """Every row's target-specific tables, same-titled ones merged (one TPU compile table for all variants)."""
+    from edgeport.export.registry import ReportSection, get_target, target_names
+
+    merged: dict[str, ReportSection] = {}
+    for row in report["targets"]:
+        if row.get("target") not in target_names():
+            continue
+        for section in get_target(row["target"]).report_sections(row):
+            if section.title in merged:
+                merged[section.title].rows.extend(section.rows)
+            else:
+                merged[section.title] = ReportSection(section.key, section.title, section.headers, list(section.rows))
+    return list(merged.values())
+
+
+def headline(report: dict) -> str:
+    text = "PASSED" if report["passed"] else "FAILED"
+    baseline = report.get("baseline")
+    if baseline:
+        text += f" · {baseline['regressions']} regression(s) vs baseline {baseline['source']}"
+    return text
+
+
+def samples_line(report: dict) -> str | None:
+    """How many parity samples came from where (the first judged row carries the counts)."""
+    origin = next(((r.get("parity") or {}).get("sample_origin") for r in report["targets"]
+                   if (r.get("parity") or {}).get("sample_origin")), None)
+    if not origin:
+        return None
+    data = report.get("data") or {}
+    real = f"{origin.get('real', 0)} real" + (f" ({data['kind']}: {data['source']})" if data else "")
+    return f"Parity samples: {origin.get('example', 0)} example, {origin.get('random', 0)} seeded random, {real}"
+
+
+def messages(report: dict) -> list[tuple[str, str]]:
+    """(row label, text) for every error, regression and note: what a reader must see below the table."""
+    out = [("baseline", text) for text in (report.get("baseline") or {}).get("notes") or []]
+    for r in report["targets"]:
+        optional = r.get("required") is False and r["status"] != "ok"
+        label = f"{r['target']} {r['variant']}" + (" (optional: does not fail the run)" if optional else "")
+        out += [(label, r["error"])] if r.get("error") else []
+        out += [(label, f"REGRESSION: {text}") for text in r.get("regressions") or []]
+        out += [(label, text) for text in r.get("notes") or []]
+    return out
+
+
+def environment_lines(report: dict) -> list[str]:
+    """Where the numbers were measured: latency across CPUs is not a property of the model."""
+    env = report.get("environment")
+    if not env:
+        return []
+    cpu = env.get("cpu") or {}
+    packages = ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items())
+    return [f"Measured on: {cpu.get('model') or '?'} ({cpu.get('cores') or '?'} cores; ISA: "
+            f"{', '.join(cpu.get('isa') or []) or '?'}); {env.get('os')}; Python {env.get('python')}; "
+            f"threads {env.get('threads')}", f"Packages: {packages}"]
+
+
+def render_markdown(report: dict) -> str:
+    md = markdown_cell
+    lines = [f"# edgeport report — `{md(report['model']['spec'])}`", "",
+             f"**{md(headline(report))}** · edgeport {report['edgeport_version']}"
+             f" · params {report['model'].get('params') or '–'}", ""]
+    lines += markdown_table(HEADERS, summary_rows(report))
+    eager = (report.get("reference") or {}).get("latency_ms")
+    if eager:
+        lines += ["", f"PyTorch eager: p50 {eager['p50']:.3f} ms, p90 {eager['p90']:.3f} ms ({eager['threads']} threads)"]
+    rewritten = [r for r in report["targets"] if r.get("rewrites")]
+    if rewritten:
+        lines += ["", "## Rewrites (the program was changed before conversion)"]
+        lines += [f"- **{r['target']} {r['variant']}**: {', '.join(r['rewrites'])}" for r in rewritten]
+    for section in target_sections(report):
+        lines += ["", f"## {md(section.title)}", ""] + markdown_table(section.headers, section.rows)
+    lines += [""] + [md(text) for text in [samples_line(report), *environment_lines(report)] if text]
+    if messages(report):
+        lines += ["", "## Notes"] + [f"- **{md(label)}**: {md(str(text))}" for label, text in messages(report)]
+    return "\n".join(lines) + "\n"
+
+
+def markdown_table(headers, rows) -> list[str]:
+    return (["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+            + ["| " + " | ".join(markdown_cell(str(c)) for c in row) + " |" for row in rows])
+
+
+def markdown_cell(text: str) -> str:
+    """Model-provided text as inert Markdown: no raw HTML, no table breaks, no control characters."""
+    from edgeport.diagnostics import clean
+
+    text = clean(str(text)).replace("\n", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def xml_text(text: str) -> str:
+    """Only characters XML 1.0 allows (a control character in an error message made junit.xml unreadable)."""
+    from edgeport.diagnostics import clean
+
+    return clean(str(text))
+
+
+def render_junit(report: dict) -> str:
+    """One testcase per target × variant, mirroring the exit code: a required row that is not ok (failed, or
+    skipped for a missing dependency) or regressed is a <failure> carrying the error and regressions; an
+    optional row that did not pass is <skipped> saying so, because it must not turn CI red."""
+    cases = report["targets"]
+    bad = lambda r: r["status"] != "ok" or r.get("regressions")  # noqa: E731
+    failing = [r for r in cases if r.get("required", True) and bad(r)]
+    optional_bad = [r for r in cases if r.get("required") is False and bad(r)]
+    suite = ET.Element("testsuite", name="edgeport", tests=str(len(cases)), failures=str(len(failing)),
+                       skipped=str(len(optional_bad)))
+    for r in cases:
+        case = ET.SubElement(suite, "testcase", classname=xml_text(f"edgeport.{r['target']}"),
+                             name=xml_text(f"{r['target']}[{r['variant']}]"), time=str(r.get("convert_seconds") or 0))
+        problems = ([r["error"]] if r["status"] != "ok" and r.get("error") else []) + \
+                   [f"regression: {t}" for t in r.get("regressions") or []]
+        text = xml_text("; ".join(problems) or r["status"])
+        if any(r is f for f in failing):
+            ET.SubElement(case, "failure", message=text).text = text
+        elif problems:
+            ET.SubElement(case, "skipped", message="optional row did not pass (does not gate): " + text)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

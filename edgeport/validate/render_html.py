@@ -1,0 +1,96 @@
+"""report.html: one self-contained page (no script, no CDN) with the summary table, target sections, a
+latency chart and per-output error histograms, every model-provided string escaped."""
+
+from __future__ import annotations
+
+import html
+import math
+
+from edgeport.validate.render import (HEADERS, environment_lines, headline, messages, samples_line, summary_rows,
+                                      target_sections)
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:nth-child(-n+3),th{text-align:left}
+tr.failed{background:#fdd}tr.skipped{background:#eee}tr.ok{background:#efe}.charts{display:flex;flex-wrap:wrap;gap:1em}
+figure{margin:0;border:1px solid #ddd;padding:.5em}figcaption{font-size:.85em;font-weight:bold}svg text{font-size:10px}"""
+
+
+def esc(text) -> str:
+    from edgeport.diagnostics import clean
+
+    return html.escape(clean(str(text)))
+
+
+def table(key: str, headers, rows, classes=None) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr{}>{}</tr>".format(f" class='{esc(c)}'" if c else "", "".join(f"<td>{esc(x)}</td>" for x in row))
+                   for row, c in zip(rows, classes or [None] * len(rows)))
+    return f"<table id='{esc(key)}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(report: dict) -> str:
+    spec = esc(report["model"]["spec"])
+    summary = table("summary", HEADERS, summary_rows(report), [r["status"] for r in report["targets"]])
+    sections = "".join(f"<h2>{esc(s.title)}</h2>" + table(s.key, s.headers, s.rows) for s in target_sections(report))
+    notes = "".join(f"<li><b>{esc(label)}</b>: {esc(text)}</li>" for label, text in messages(report))
+    facts = "".join(f"<p>{esc(line)}</p>" for line in [samples_line(report), *environment_lines(report)] if line)
+    histograms = "".join(_histogram_svg(f"{r['target']} {r['variant']} · {o.get('name', '?')}", o["error_histogram"])
+                         for r in report["targets"] for o in (r.get("parity") or {}).get("outputs") or []
+                         if o.get("error_histogram"))
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>edgeport report — {spec}</title>
+<style>{_STYLE}</style></head>
+<body><h1>edgeport report — {spec}</h1>
+<p><b>{esc(headline(report))}</b> · edgeport {esc(report['edgeport_version'])}</p>
+{summary}{facts}
+{sections}
+<ul id="notes">{notes}</ul>
+<h2>Latency (p50, p90 whisker)</h2><div id="latency">{_latency_svg(report)}</div>
+<h2>Error histograms (|artifact − PyTorch| per element, one bar per decade)</h2><div class="charts" id="histograms">{histograms or "<p>no parity results</p>"}</div>
+</body></html>
+"""
+
+
+def _latency_svg(report: dict) -> str:
+    """Horizontal bars: PyTorch eager first, then every row that was timed."""
+    eager = (report.get("reference") or {}).get("latency_ms")
+    bars = ([("PyTorch eager", eager, "#888")] if eager else []) + [
+        (f"{r['target']} {r['variant']}", r["latency_ms"], "#4a7" if r["status"] == "ok" else "#d55")
+        for r in report["targets"] if r.get("latency_ms")]
+    if not bars:
+        return "<p>latency not measured (--no-latency)</p>"
+    top = max(b[1]["p90"] for b in bars) or 1.0
+    width, label_w, bar_h = 640, 170, 22
+    scale = (width - label_w - 90) / top
+    parts = []
+    for i, (label, lat, color) in enumerate(bars):
+        y = 10 + i * bar_h
+        w50, w90 = lat["p50"] * scale, lat["p90"] * scale
+        parts.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>'
+                     f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{w50:.1f}" height="{bar_h - 8}" fill="{color}"/>'
+                     f'<line x1="{label_w + w50:.1f}" x2="{label_w + w90:.1f}" y1="{y + 11}" y2="{y + 11}" stroke="#333"/>'
+                     f'<text x="{label_w + w90 + 4:.1f}" y="{y + 14}">{lat["p50"]:.3f} ms</text>')
+    height = 20 + len(bars) * bar_h
+    return f'<svg xmlns="http://www.w3.org/2000/svg" class="latency" width="{width}" height="{height}">{"".join(parts)}</svg>'
+
+
+def _histogram_svg(title: str, hist: dict) -> str:
+    """Bars per decade of |error| (log-count heights), exact zeros first."""
+    edges, counts = hist["edges"], hist["counts"]
+    labels = ["0"] + [f"<{edges[0]:.0e}"] + [f"{e:.0e}" for e in edges[:-1]] + [f"≥{edges[-1]:.0e}"]
+    values = [hist.get("zero", 0)] + list(counts)
+    width, height, pad = 360, 140, 20
+    bar_w = (width - 2 * pad) / len(values)
+    top = math.log10(max(values) + 1) or 1.0
+    parts = []
+    for i, (label, count) in enumerate(zip(labels, values)):
+        h = (height - 45) * math.log10(count + 1) / top
+        x = pad + i * bar_w
+        parts.append(f'<rect class="bin" x="{x:.1f}" y="{height - 30 - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" fill="#47a">'
+                     f'<title>{html.escape(label)}: {count}</title></rect>')
+        if count:
+            parts.append(f'<text x="{x:.1f}" y="{height - 33 - h:.1f}">{count}</text>')
+        if i % 2 == 0:
+            parts.append(f'<text x="{x:.1f}" y="{height - 16}">{html.escape(label)}</text>')
+    return (f'<figure><figcaption>{html.escape(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" class="histogram" '
+            f'width="{width}" height="{height}">{"".join(parts)}</svg></figure>')
