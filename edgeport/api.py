@@ -1,7 +1,7 @@
 """edgeport's public library API: the same three things the CLI does, for code that calls edgeport.
 
     from edgeport import api
-    result = api.convert(api.convert_options(model="model.py:build", out=Path("dist"), targets=["litert"]))
+    result = api.convert(api.convert_options(model="model.py:build", out=Path("dist"), targets=api.target_names()))
     result.exit_code, result.report["passed"]
 
 Exit codes follow DESIGN.md: 0 every required row converted and within budget, 1 a conversion, a parity
@@ -13,13 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeport.errors import UsageError
+from edgeport.export.registry import target_names
 from edgeport.pipeline.options import ConvertOptions, JudgeOptions, OutputOptions, convert_options
 from edgeport.pipeline.run import Progress, Result
 from edgeport.pipeline.run import convert as _run_convert
 from edgeport.sources.spec import SourceOptions
 
 __all__ = ["ConvertOptions", "JudgeOptions", "OutputOptions", "Result", "SourceOptions", "convert",
-           "convert_options", "render", "validate"]
+           "convert_options", "render", "target_names", "validate"]
 
 
 def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:

@@ -5,7 +5,7 @@ Budgets resolve from general to specific, each layer overriding the last: built-
 (``KEY=V``, ``VARIANT.KEY=V``, ``TARGET.VARIANT.KEY=V``). ``gate`` and ``topk_outputs`` take lists
 (``gate=cosine_min,snr_db_min`` on the command line).
 
-Other keys: ``optional = ["tpu", "litert.int8"]`` (targets or target.variant rows whose failure does not fail
+Other keys: ``optional = ["<target>", "<target>.<variant>"]`` (targets or target.variant rows whose failure does not fail
 the run) and ``[baseline]`` regression thresholds (``BASELINE_DEFAULTS``).
 """
 

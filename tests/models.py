@@ -204,3 +204,23 @@ class CumSum(nn.Module):
 def cumsum():
     torch.manual_seed(0)
     return CumSum().eval(), (torch.randn(2, 8),)
+
+
+class TwoHeads(nn.Module):
+    """Two outputs from a shared trunk; only the second passes through a Tanh (where the contract suite
+    plants its wrong kernel)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+        self.head0 = nn.Linear(16, 4)
+        self.head1 = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+
+    def forward(self, x):
+        h = self.trunk(x)
+        return self.head0(h), self.head1(h)
+
+
+def two_heads():
+    torch.manual_seed(0)
+    return TwoHeads().eval(), (torch.randn(2, 8),)

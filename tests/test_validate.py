@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from conftest import REPO, read_report, run_cli
-from test_onnx import perturb_largest_initializer
 
 MODELS = REPO / "tests" / "models.py"
 
@@ -83,3 +82,15 @@ def test_validate_in_process_uses_program_module(fresh):
     names = json.loads((fresh / "manifest.json").read_text())["inputs"]
     assert [i["name"] for i in names] == ["x", "y"]
     assert all(r["parity"]["samples"] == 3 and r["parity"]["max_rel_err"] < 1e-5 for r in result.report["targets"])
+
+
+def perturb_largest_initializer(path):
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    init = max(model.graph.initializer, key=lambda t: np.prod(t.dims))
+    weights = numpy_helper.to_array(init).copy()
+    weights += np.random.default_rng(0).normal(0, 0.5, weights.shape).astype(weights.dtype)
+    init.CopyFrom(numpy_helper.from_array(weights, init.name))
+    onnx.save(model, str(path))

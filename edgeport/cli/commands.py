@@ -13,13 +13,14 @@ from edgeport.cli.app import (BASELINE_OPTION, BUDGET_OPTION, CONFIG_OPTION, DAT
                               TRUST_PICKLE_OPTION, TRUST_REMOTE_CODE_OPTION, app, parse_threads, with_progress,
                               with_target_options)
 from edgeport.cli.summary import print_findings, print_summary
+from edgeport.export.registry import DEFAULT_TARGET
 
 
 @app.command()
 @with_target_options
 def convert(
     model: str = MODEL_ARGUMENT,
-    target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to convert for (repeatable; see `edgeport targets`)"),
+    target: List[str] = typer.Option([DEFAULT_TARGET], "--target", "-t", help="target to convert for (repeatable; see `edgeport targets`)"),
     out: Path = typer.Option(Path("dist"), "--out", "-o", help="output directory"),
     quantize: List[str] = typer.Option([], "--quantize", "-q", help="extra variant, e.g. fp16, bf16, dynamic-int8, weight-int8, int8 (repeatable; `edgeport targets` lists each target's)"),
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. x:1x3x224x224:float32"),
@@ -100,7 +101,7 @@ def report(
 @app.command()
 def check(
     model: str = MODEL_ARGUMENT,
-    target: List[str] = typer.Option(["litert"], "--target", "-t", help="target to check (repeatable)"),
+    target: List[str] = typer.Option([DEFAULT_TARGET], "--target", "-t", help="target to check (repeatable)"),
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH]"),
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head"),
     seq_len: int = SEQ_LEN_OPTION,

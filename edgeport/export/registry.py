@@ -18,6 +18,7 @@ from typing import Any, Callable
 from edgeport.runtimes.base import BaseRunner
 
 # The registry: target name -> module defining ``TARGET``. Order is report order.
+DEFAULT_TARGET = "litert"              # what `edgeport convert` builds when no --target is given
 TARGET_MODULES = {
     "litert": "edgeport.export.litert",
     "onnx": "edgeport.export.onnx",

@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeport.export.registry import DEFAULT_TARGET
 from edgeport.sources.spec import SourceOptions
 
 
@@ -39,7 +40,7 @@ class ConvertOptions:
     source: SourceOptions
     output: OutputOptions
     judge: JudgeOptions = field(default_factory=JudgeOptions)
-    targets: tuple[str, ...] = ("litert",)
+    targets: tuple[str, ...] = field(default_factory=lambda: (DEFAULT_TARGET,))
     quantize: tuple[str, ...] = ()
     calibration_data: str | None = None
     target_options: dict = field(default_factory=dict)   # each target's own options, by TargetOption.key

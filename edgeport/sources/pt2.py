@@ -2,31 +2,25 @@
 
 ``torch.export.load`` is not pickle-free (a weight marked ``use_pickle`` and the sample inputs can be read
 with ``weights_only=False``), so a crafted archive can run code on load. :mod:`edgeport.sources.pt2_archive`
-looks inside the zip first and refuses what would be unpickled unless the user passed ``--trust-pickle``.
+looks inside the zip first, refuses what would be unpickled unless the user passed ``--trust-pickle``, and
+loads under a guard that refuses any unpickling it did not foresee.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from edgeport.diagnostics import first_line
 from edgeport.errors import UsageError
 from edgeport.sources.spec import InputSpec, LoadedModel
 
 
 def load_program(spec: str, inputs: list[InputSpec], trust_pickle: bool = False) -> LoadedModel:
-    import torch
-
-    from edgeport.sources.pt2_archive import inspect_pt2
+    from edgeport.sources.pt2_archive import load_exported_program
 
     path = Path(spec)
     if not path.is_file():
         raise UsageError(f"exported program not found: {spec}")
-    inspect_pt2(path, trust_pickle)
-    try:
-        program = torch.export.load(path)
-    except Exception as exc:
-        raise UsageError(f"cannot load {spec} as an ExportedProgram: {first_line(exc)}") from exc
+    program = load_exported_program(path, trust_pickle)  # inspected first: nothing hidden in it runs
     if inputs:
         example = tuple(i.example() for i in inputs)
     elif program.example_inputs is not None:
