@@ -164,8 +164,9 @@ def _write_executable(compiled, path: Path, out: Path) -> str | None:
 
 
 def _compile_error(exc: BaseException, noise) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    from edgeport.diagnostics import first_line
+
+    text = first_line(exc)
     hint = next((ln for ln in noise.text().splitlines() if "out of memory" in ln.lower() or "error" in ln.lower()), None)
     return (text + (f" | {hint.strip()}" if hint and hint.strip() not in text else ""))[:500]
 

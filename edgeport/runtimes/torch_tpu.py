@@ -169,7 +169,9 @@ def worker_main(argv: list[str]) -> None:
     except SystemExit:
         raise
     except BaseException as exc:  # one line for the parent's report
-        _die(f"{engine} on {os.environ.get(FAKE_DEVICE_ENV) or 'TPU'}: {type(exc).__name__}: {str(exc).strip()[:300]}")
+        from edgeport.diagnostics import first_line
+
+        _die(f"{engine} on {os.environ.get(FAKE_DEVICE_ENV) or 'TPU'}: {first_line(exc, 300)}")
     arrays = {f"o{i}_{j}": o for i, out in enumerate(outputs) for j, o in enumerate(out)}
     np.savez(result, **arrays, **{f"n{i}": len(out) for i, out in enumerate(outputs)},
              p50=latency["p50"], p90=latency["p90"], runs=latency["runs"], device=device)

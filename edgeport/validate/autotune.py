@@ -12,6 +12,7 @@ import gc
 import os
 from pathlib import Path
 
+from edgeport.diagnostics import first_line
 from edgeport.validate.latency import measure
 
 SWEEP_SECONDS = 0.3
@@ -38,7 +39,7 @@ def pick_runner(target, artifact: Path, sample: list, seconds: float = SWEEP_SEC
             timing = measure(lambda: runner.run(sample), config.threads, warmup=2, min_runs=5, budget_seconds=seconds)
         except Exception as exc:  # e.g. CompiledModel refusing a model the Interpreter runs
             error = exc
-            sweep[config.label] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:200]}
+            sweep[config.label] = {"error": first_line(exc, 200)}
             continue
         sweep[config.label] = {"p50": round(timing["p50"], 4)}
         if best is None or timing["p50"] < best[2]:

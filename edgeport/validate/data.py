@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport.diagnostics import first_line
 from edgeport.errors import UsageError
 
 
@@ -71,7 +72,7 @@ def _samples_from_callable(where: str, attr: str, signature) -> list[list[np.nda
             if len(items) >= MAX_CALLABLE_SAMPLES:
                 break
     except Exception as exc:  # the user's code: a failure is bad input, reported in one line
-        raise UsageError(f"--data {label}: calling {attr}() raised {type(exc).__name__}: {exc}") from exc
+        raise UsageError(f"--data {label}: calling {attr}() raised {first_line(exc)}") from exc
     if not items:
         raise UsageError(f"--data {label}: {attr}() yielded no samples")
     names = [i.name for i in signature.inputs]

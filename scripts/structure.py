@@ -1,0 +1,84 @@
+"""The house's limits, measured: no module over 400 lines, no function over 50, no import cycle inside the
+package, and no target name spoken outside the target layer (edgeport/export/, edgeport/runtimes/).
+
+    python scripts/structure.py            # prints what is over a limit; exit 1 if anything is
+
+tests/test_structure.py runs it, so a change that breaks a limit fails CI.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+MODULE_LINES, FUNCTION_LINES = 400, 50
+TARGET_LAYER = ("export/", "runtimes/")
+
+
+def target_words(package: Path) -> re.Pattern:
+    """Quoted target names, read from the registry's own table (so a new target is covered too)."""
+    registry = (package / "export" / "registry.py").read_text()
+    names = re.findall(r'^\s+"([a-z0-9_]+)": "edgeport\.export\.', registry, re.M)
+    return re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, names)))
+
+
+def module_name(package: Path, path: Path) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(tree: ast.AST, me: str, is_package: bool) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = me.split(".") if is_package else me.split(".")[:-1]
+            prefix = ".".join(base[: len(base) - node.level + 1] if node.level else [])
+            module = ".".join(p for p in (prefix, node.module or "") if p) if node.level else node.module or ""
+            found |= {module} | {f"{module}.{a.name}" for a in node.names}
+    return found
+
+
+def problems(package: Path) -> list[str]:
+    files = sorted(package.rglob("*.py"))
+    modules = {module_name(package, p): p for p in files}
+    words, graph, out = target_words(package), {}, []
+    for name, path in modules.items():
+        text, rel = path.read_text(), str(path.relative_to(package))
+        lines = text.splitlines()
+        if len(lines) > MODULE_LINES:
+            out.append(f"{rel}: {len(lines)} lines (limit {MODULE_LINES})")
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= FUNCTION_LINES:
+                out.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines (limit {FUNCTION_LINES})")
+        graph[name] = {m for m in imports(tree, name, path.name == "__init__.py") if m in modules and m != name}
+        if not rel.startswith(TARGET_LAYER):
+            out += [f"{rel}:{i}: target name outside the target layer" for i, line in enumerate(lines, 1)
+                    if words.search(line) and not line.lstrip().startswith("#")]
+    out += [f"import cycle: {a} <-> {b}" for a in graph for b in graph[a] if a < b and a in reachable(graph, b)]
+    return out
+
+
+def reachable(graph: dict, start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def main() -> int:
+    package = Path(__file__).resolve().parents[1] / "edgeport"
+    found = problems(package)
+    print("\n".join(found) if found else f"{package.name}: within every limit")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

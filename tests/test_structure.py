@@ -1,0 +1,25 @@
+"""The house's limits (issue 10) hold on every change: scripts/structure.py over the package."""
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_package_is_within_its_limits():
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "structure.py")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import structure
+
+    package = tmp_path / "edgeport"
+    (package / "export").mkdir(parents=True)
+    (package / "export" / "registry.py").write_text('TARGET_MODULES = {\n    "lite": "edgeport.export.lite",\n}\n')
+    (package / "a.py").write_text("from edgeport import b\nNAME = 'lite'\n" + "def f():\n" + "    x = 1\n" * 60)
+    (package / "b.py").write_text("from edgeport import a\n")
+    found = structure.problems(package)
+    assert any("target name" in f for f in found) and any("f: 61 lines" in f for f in found)
+    assert any("import cycle" in f for f in found)
