@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
-# Installs what the browser test (tests/test_web.py) needs on a clean machine: Debian's chromium and the
-# pinned npm packages of samples/web (LiteRT.js + playwright-core). Idempotent and quick when already done:
-# apt runs only if chromium is missing, `npm ci` only if node_modules is missing or the lock file changed.
+# Installs what the browser test (tests/test_web.py) needs on a clean machine: the pinned npm packages of
+# samples/web (LiteRT.js + playwright-core); Debian packages come from scripts/system-deps.sh. Idempotent and
+# quick when already done: `npm ci` runs only if node_modules is missing or the lock file changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ ! -x /usr/bin/chromium ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends chromium
-fi
+bash scripts/system-deps.sh
 
 web=samples/web
 stamp="$web/node_modules/.edgeport-lock-sha256"
