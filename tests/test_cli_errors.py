@@ -84,3 +84,19 @@ def test_export_failure_names_user_line_and_exits_1(tmp_path):
     assert "torch.export failed" in report
     assert "model.py" in report and "x.sum() > 0" in report
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("budget,needle", [
+    ("onxx.fp32.max_rel_err=1e-30", "unknown target 'onxx'"),
+    ("fp32.max_rel_err=nan", "must be a finite number"),
+])
+def test_budget_that_would_do_nothing_is_exit_2(tmp_path, budget, needle):
+    out = tmp_path / "out"
+    _assert_usage_error(run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--budget", budget, "--out", out), out, needle)
+
+
+def test_config_budget_table_typo_is_exit_2(tmp_path):
+    (tmp_path / "edgeport.toml").write_text('[budgets."onxx.fp32"]\nmax_rel_err = 1e-30\n')
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, cwd=tmp_path)
+    _assert_usage_error(result, out, "unknown target 'onxx'")

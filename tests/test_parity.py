@@ -57,7 +57,7 @@ def test_shape_mismatch_fails():
 
 def test_budget_layers_general_to_specific():
     config = {"budgets": {"fp16": {"cosine_min": 0.9}, "litert.fp16": {"max_rel_err": 0.5}}}
-    flags = parse_budget_flags(["snr_db_min=3", "fp16.cosine_min=0.8", "onnx.fp16.cosine_min=0.1"])
+    flags = parse_budget_flags(["snr_db_min=3", "fp16.cosine_min=0.8", "onnx.fp32.cosine_min=0.1"])
     budget = budget_for("litert", "fp16", config, flags)
     assert budget == {"max_rel_err": 0.5, "cosine_min": 0.8, "snr_db_min": 3.0}
 
