@@ -42,6 +42,11 @@ def test_bad_model_specs(tmp_path, spec_suffix, needle):
     ("x:1by20:float32", "bad shape '1by20'"),
     ("x:1x20:float99", "unknown dtype 'float99'"),
     ("x1x20", "expected NAME:SHAPE:DTYPE"),
+    ("x:1x20:int64:10..5", "LOW must be below HIGH"),
+    ("x:1x20:float32:1.2.3..4", "bad range '1.2.3..4'"),
+    ("x:1x20:float32:nan..1", "bad range 'nan..1'"),
+    ("x:1x20:int8:0..1000", "int8 values are drawn from [-128, 128)"),
+    ("x:100000x100000x100:float32", "input x would need 3,725.3 GiB"),
 ])
 def test_bad_input_flags(tmp_path, flag, needle):
     out = tmp_path / "out"
