@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -25,6 +26,46 @@ def _json_safe(value):
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+# Text in a report comes partly from the model and its libraries (error messages, notes, output names), so each
+# rendering escapes it for its own format: nothing a model prints may become markup, a terminal control
+# sequence or a malformed document.
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")  # CSI, OSC, 2-byte escapes
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufffe\uffff\ud800-\udfff]")
+
+
+def _visible(text) -> str:
+    """``text`` without ANSI escape sequences (colour codes are noise in a report), and every other control
+    character (C0/C1, bidi overrides, what XML 1.0 forbids) shown as ``\\xNN``/``\\uNNNN`` instead of acting."""
+    cleaned = _ANSI.sub("", str(text))
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", cleaned)
+
+
+def printable(text, markup: bool = True) -> str:
+    """Text from a report made safe for the terminal: no escape sequences or control characters and, for
+    rich output (``markup``), no rich markup (``[red]`` prints as written)."""
+    cleaned = _visible(text)
+    if not markup:
+        return cleaned
+    from rich.markup import escape
+
+    return escape(cleaned)
+
+
+def _md(text) -> str:
+    """Text for a Markdown table cell or list item: no raw HTML (``<``, ``>``, ``&`` as entities), no ``|``
+    that would split the row, one line."""
+    cleaned = _visible(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\t", " ")
+    return html.escape(cleaned, quote=False).replace("|", "\\|")
+
+
+def _md_code(text) -> str:
+    """An inline code span that holds ``text`` literally, whatever backticks it contains (CommonMark: a fence
+    longer than any backtick run inside, padded with spaces)."""
+    cleaned = _visible(text).replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", cleaned)), default=0) + 1)
+    return f"{fence} {cleaned} {fence}" if "`" in cleaned else f"`{cleaned}`"
 
 
 def _finite_for_schema(report: dict) -> dict:
@@ -142,26 +183,26 @@ def _messages(report: dict) -> list[tuple[str, str]]:
 
 
 def render_markdown(report: dict) -> str:
-    lines = [f"# edgeport report — `{report['model']['spec']}`", "",
-             f"**{_headline(report)}** · edgeport {report['edgeport_version']}"
+    lines = [f"# edgeport report — {_md_code(report['model']['spec'])}", "",
+             f"**{_md(_headline(report))}** · edgeport {_md(report['edgeport_version'])}"
              f" · params {report['model'].get('params') or '–'}", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(report)]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in summary_rows(report)]
     eager = (report.get("reference") or {}).get("latency_ms")
     if eager:
         lines += ["", f"PyTorch eager: p50 {eager['p50']:.3f} ms, p90 {eager['p90']:.3f} ms ({eager['threads']} threads)"]
     rewritten = [r for r in report["targets"] if r.get("rewrites")]
     if rewritten:
         lines += ["", "## Rewrites (the program was changed before conversion)"]
-        lines += [f"- **{r['target']} {r['variant']}**: {', '.join(r['rewrites'])}" for r in rewritten]
+        lines += [f"- **{_md(r['target'])} {_md(r['variant'])}**: {_md(', '.join(r['rewrites']))}" for r in rewritten]
     compiles = compile_rows(report)
     if compiles:
         lines += ["", f"## {COMPILE_TITLE}", "", "| " + " | ".join(COMPILE_HEADERS) + " |", "|" + "---|" * len(COMPILE_HEADERS)]
-        lines += ["| " + " | ".join(row) + " |" for row in compiles]
+        lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in compiles]
     if _samples_line(report):
-        lines += ["", _samples_line(report)]
+        lines += ["", _md(_samples_line(report))]
     if _messages(report):
-        lines += ["", "## Notes"] + [f"- **{label}**: {text}" for label, text in _messages(report)]
+        lines += ["", "## Notes"] + [f"- **{_md(label)}**: {_md(text)}" for label, text in _messages(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -173,7 +214,7 @@ figure{margin:0;border:1px solid #ddd;padding:.5em}figcaption{font-size:.85em;fo
 
 def render_html(report: dict) -> str:
     """One self-contained page (no scripts, no CDN): table, latency bar chart, per-output error histograms."""
-    esc = html.escape
+    esc = lambda text: html.escape(_visible(text))  # noqa: E731
     head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
     body = "".join("<tr class='{}'>{}</tr>".format(esc(r["status"]), "".join(f"<td>{esc(c)}</td>" for c in row))
                    for r, row in zip(report["targets"], summary_rows(report)))
@@ -217,7 +258,7 @@ def _latency_svg(report: dict) -> str:
     for i, (label, lat, color) in enumerate(bars):
         y = 10 + i * bar_h
         w50, w90 = lat["p50"] * scale, lat["p90"] * scale
-        parts.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>'
+        parts.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{html.escape(_visible(label))}</text>'
                      f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{w50:.1f}" height="{bar_h - 8}" fill="{color}"/>'
                      f'<line x1="{label_w + w50:.1f}" x2="{label_w + w90:.1f}" y1="{y + 11}" y2="{y + 11}" stroke="#333"/>'
                      f'<text x="{label_w + w90 + 4:.1f}" y="{y + 14}">{lat["p50"]:.3f} ms</text>')
@@ -243,7 +284,7 @@ def _histogram_svg(title: str, hist: dict) -> str:
             parts.append(f'<text x="{x:.1f}" y="{height - 33 - h:.1f}">{count}</text>')
         if i % 2 == 0:
             parts.append(f'<text x="{x:.1f}" y="{height - 16}">{html.escape(label)}</text>')
-    return (f'<figure><figcaption>{html.escape(title)}</figcaption><svg xmlns="http://www.w3.org/2000/svg" class="histogram" '
+    return (f'<figure><figcaption>{html.escape(_visible(title))}</figcaption><svg xmlns="http://www.w3.org/2000/svg" class="histogram" '
             f'width="{width}" height="{height}">{"".join(parts)}</svg></figure>')
 
 
@@ -257,16 +298,16 @@ def render_junit(report: dict) -> str:
     optional_bad = [r for r in cases if r.get("required") is False and (r["status"] != "ok" or r.get("regressions"))]
     suite = ET.Element("testsuite", name="edgeport", tests=str(len(cases)), failures=str(len(failing)),
                        skipped=str(len(optional_bad)))
-    for r in cases:
-        case = ET.SubElement(suite, "testcase", classname=f"edgeport.{r['target']}", name=f"{r['target']}[{r['variant']}]",
-                             time=str(r.get("convert_seconds") or 0))
+    for r in cases:  # every text through _visible: XML 1.0 cannot hold most control characters, even escaped
+        case = ET.SubElement(suite, "testcase", classname=_visible(f"edgeport.{r['target']}"),
+                             name=_visible(f"{r['target']}[{r['variant']}]"), time=str(r.get("convert_seconds") or 0))
         problems = ([r["error"]] if r["status"] != "ok" and r.get("error") else []) + \
                    [f"regression: {t}" for t in r.get("regressions") or []]
         if any(r is f for f in failing):
-            text = "; ".join(problems) or r["status"]
+            text = _visible("; ".join(problems) or r["status"])
             ET.SubElement(case, "failure", message=text).text = text
         elif problems:
-            ET.SubElement(case, "skipped", message="optional row did not pass (does not gate): " + "; ".join(problems))
+            ET.SubElement(case, "skipped", message=_visible("optional row did not pass (does not gate): " + "; ".join(problems)))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
