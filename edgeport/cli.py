@@ -252,7 +252,7 @@ def print_summary(report: dict, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from edgeport.validate.report import HEADERS, summary_rows
+    from edgeport.validate.report import HEADERS, printable, summary_rows
 
     table = Table(*HEADERS, title=f"edgeport — {report['model']['spec']}")
     for row in summary_rows(report):
@@ -270,7 +270,7 @@ def print_summary(report: dict, out: Path) -> None:
         console.print(compile_table)
     for r in report["targets"]:
         if r.get("error"):
-            console.print(f"[red]{r['target']} {r['variant']}[/red]: {r['error']}")
+            console.print(f"[red]{r['target']} {r['variant']}[/red]: {printable(r['error'])}")
     console.print(f"{'PASSED' if report['passed'] else 'FAILED'} — report: {out / 'report.md'}")
 
 

@@ -105,3 +105,25 @@ def test_config_budget_table_typo_is_exit_2(tmp_path):
     out = tmp_path / "out"
     result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, cwd=tmp_path)
     _assert_usage_error(result, out, "unknown target 'onxx'")
+
+
+def test_model_message_is_escaped_for_terminal_junit_and_markdown(tmp_path):
+    """A model's own error text carries an ANSI colour, rich markup, HTML and control characters."""
+    import re
+    from xml.etree import ElementTree as ET
+
+    model = write_model_file(tmp_path, (
+        "class Loud(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        raise RuntimeError('\\x1b[31mboom\\x1b[0m [red]lit[/red] <script>x</script> a|b \\x07\\x00 end')\n\n"
+        "def build():\n    return Loud(), (torch.randn(1, 4),)\n"))
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "--no-latency", "--samples", "2", "--out", out,
+                     "--junit", "junit.xml")
+    assert result.returncode == 1, result.stderr
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stdout), repr(result.stdout)
+    assert "boom [red]lit[/red] <script>x</script>" in result.stdout  # markup printed as written
+    failure = ET.parse(out / "junit.xml").getroot().find("testcase/failure")  # well-formed despite \x07 \x00
+    assert "\\x07\\x00" in failure.get("message")
+    md = (out / "report.md").read_text()
+    assert "<script>" not in md and "&lt;script&gt;x&lt;/script&gt; a\\|b" in md
