@@ -127,3 +127,22 @@ def test_model_message_is_escaped_for_terminal_junit_and_markdown(tmp_path):
     assert "\\x07\\x00" in failure.get("message")
     md = (out / "report.md").read_text()
     assert "<script>" not in md and "&lt;script&gt;x&lt;/script&gt; a\\|b" in md
+
+
+def test_nan_and_empty_outputs_do_not_pass_parity(tmp_path):
+    """An all-NaN output (NaN in the reference too) and a zero-size one compared nothing: exit 1, named."""
+    from conftest import read_report
+
+    model = write_model_file(tmp_path, (
+        "class Hollow(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * float('nan'), x[:, :0] * 2.0, x + 1.0\n\n"
+        "def build():\n    return Hollow(), (torch.randn(1, 4),)\n"))
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "--no-latency", "--samples", "2", "--out", out)
+    assert result.returncode == 1, result.stderr
+    row = read_report(out)["targets"][0]  # schema-valid summary although nothing was compared in two outputs
+    assert row["status"] == "failed" and row["parity"]["elements_compared"] == 8
+    assert "output_0: the reference (PyTorch) output holds 8 NaN/Inf value(s)" in row["error"]
+    assert "output_1: nothing compared: the output has no elements" in row["error"]
+    assert [o["passed"] for o in row["parity"]["outputs"]] == [False, False, True]
