@@ -31,7 +31,7 @@ DTYPES = {
 @dataclass(frozen=True)
 class InputSpec:
     """One ``--input NAME:SHAPE:DTYPE[:LOW..HIGH]`` flag: shape, dtype and value range of an example input
-    (integers drawn from [LOW, HIGH), floats uniform in [LOW, HIGH])."""
+    (integers drawn from [LOW, HIGH), floats uniform in [LOW, HIGH))."""
 
     name: str
     shape: tuple[int, ...]

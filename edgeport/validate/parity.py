@@ -184,7 +184,7 @@ def _compare_output(name: str, refs: list[np.ndarray], outs: list[np.ndarray], b
         why = f"{degenerate_message(scale)}; " if result.get("degenerate_reference") else ""
         problems.append(f"{name} sample {worst}: {why}{', '.join(sample_violations)}")
     elif result.get("degenerate_reference"):
-        notes.append(f"{name}: {degenerate_message(scale)}; judged on absolute error <= {absolute_floor(budget):.3g} instead")
+        notes.append(f"{name}: {degenerate_message(scale)}; judged on absolute error ≤ {absolute_floor(budget):.3g} instead")
     problems += _topk_findings(name, refs, outs, budget, result)
     return {**result, "notes": notes, "passed": not problems, "message": "; ".join(problems) or None}
 
