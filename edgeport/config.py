@@ -5,17 +5,25 @@ Budgets resolve from general to specific, each layer overriding the last: built-
 (``KEY=V``, ``VARIANT.KEY=V``, ``TARGET.VARIANT.KEY=V``). ``gate`` and ``topk_outputs`` take lists
 (``gate=cosine_min,snr_db_min`` on the command line).
 
-Other keys: ``optional = ["<target>", "<target>.<variant>"]`` (targets or target.variant rows whose failure does not fail
-the run) and ``[baseline]`` regression thresholds (``BASELINE_DEFAULTS``).
+``allow_empty`` and ``allow_nonfinite_reference`` take true/false (``validate/parity.py`` says what they allow).
+
+Other keys: ``optional = ["<target>", "<target>.<variant>"]`` (rows whose failure does not fail the run) and
+``[baseline]`` regression thresholds (``BASELINE_DEFAULTS``).
+
+Everything is checked when it is read, before any work: an unknown target, variant or key, a non-finite
+threshold (``nan`` compares false with everything, so it would gate nothing) is exit 2 naming it. Target and
+variant names come from the target registry, so a new target needs no change here.
 """
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from edgeport.errors import UsageError
-from edgeport.validate.parity import BUDGET_KEYS, GATE_KEYS, LIST_KEYS, default_budget
+from edgeport.validate.parity import ALLOW_KEYS, BUDGET_KEYS, GATE_KEYS, LIST_KEYS, default_budget
 
 # Why these numbers: parity errors of a fixed converter on fixed samples are deterministic, so any real growth
 # is a change; x2 leaves room for a dependency bump that reorders float ops, and errors below the floor (1e-6
@@ -29,12 +37,16 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> dict:
     if path is not None:
         if not Path(path).is_file():
             raise UsageError(f"config file not found: {path}")
-        return _read_toml(Path(path), tool_table=Path(path).name == "pyproject.toml")
-    if (cwd / "edgeport.toml").is_file():
-        return _read_toml(cwd / "edgeport.toml", tool_table=False)
-    if (cwd / "pyproject.toml").is_file():
-        return _read_toml(cwd / "pyproject.toml", tool_table=True)
-    return {}
+        found, tool_table = Path(path), Path(path).name == "pyproject.toml"
+    elif (cwd / "edgeport.toml").is_file():
+        found, tool_table = cwd / "edgeport.toml", False
+    elif (cwd / "pyproject.toml").is_file():
+        found, tool_table = cwd / "pyproject.toml", True
+    else:
+        return {}
+    config = _read_toml(found, tool_table)
+    check_config(config, found.name)
+    return config
 
 
 def _read_toml(path: Path, tool_table: bool) -> dict:
@@ -45,38 +57,117 @@ def _read_toml(path: Path, tool_table: bool) -> dict:
     return data.get("tool", {}).get("edgeport", {}) if tool_table else data
 
 
-def parse_budget_flags(flags: list[str]) -> list[tuple[tuple[str, ...], str, float]]:
-    """``--budget litert.fp16.cosine_min=0.99`` -> ((litert, fp16), cosine_min, 0.99)."""
+def check_config(config: dict, where: str = "config") -> None:
+    """Every budget table names a known variant or target.variant and holds known keys with finite values,
+    and every ``optional`` entry names a known row: a typo must not silently leave a budget or row as it was."""
+    tables = config.get("budgets", {})
+    if not isinstance(tables, dict):
+        raise UsageError(f"budgets in {where} must be tables like [budgets.VARIANT], got {tables!r}")
+    for table_key, table in tables.items():
+        label = f'[budgets."{table_key}"] in {where}'
+        if not isinstance(table, dict):
+            raise UsageError(f"{label} must be a table of KEY = VALUE, got {table!r}")
+        _check_scope(tuple(table_key.split(".")), label)
+        for metric, value in table.items():
+            _table_value(metric, value, label)
+    optional = config.get("optional", [])
+    if not isinstance(optional, list) or not all(isinstance(o, str) for o in optional):
+        raise UsageError(f"optional in {where} must be a list of targets or target.variant, got {optional!r}")
+    for entry in optional:
+        _check_scope(tuple(entry.split(".")), f"optional entry {entry!r} in {where}", target_alone=True)
+
+
+def _check_scope(scope: tuple[str, ...], where: str, target_alone: bool = False) -> None:
+    """``scope`` is (), (VARIANT,) or (TARGET, VARIANT) of targets the registry knows (``target_alone``:
+    a lone name is a TARGET instead); anything else is a typo that would silently match no row."""
+    from edgeport.export.registry import all_variants, get_target, target_names
+
+    names = target_names()
+    if len(scope) > 2 or not all(scope):
+        raise UsageError(f"{where}: expected {'TARGET or ' if target_alone else ''}[TARGET.]VARIANT, got {'.'.join(scope)!r}")
+    if len(scope) == 1 and target_alone:
+        if scope[0] not in names:
+            raise UsageError(f"{where}: unknown target {scope[0]!r}; known: {', '.join(names)}")
+        return
+    if len(scope) == 1 and scope[0] not in all_variants():
+        hint = f" ({scope[0]!r} is a target: write {scope[0]}.VARIANT)" if scope[0] in names else ""
+        raise UsageError(f"{where}: unknown variant {scope[0]!r}{hint}; known: {', '.join(sorted(all_variants()))}")
+    if len(scope) == 2:
+        target, variant = scope
+        if target not in names:
+            raise UsageError(f"{where}: unknown target {target!r}; known: {', '.join(names)}")
+        if variant not in get_target(target).variants:
+            raise UsageError(f"{where}: target {target!r} has no variant {variant!r}; its variants: {', '.join(get_target(target).variants)}")
+
+
+KNOWN_KEYS = BUDGET_KEYS + LIST_KEYS + ALLOW_KEYS
+
+
+def parse_budget_flags(flags: list[str]) -> list[tuple[tuple[str, ...], str, Any]]:
+    """``--budget litert.fp16.cosine_min=0.99`` -> ((litert, fp16), cosine_min, 0.99); target, variant, key
+    and value are all checked here, before any work."""
     parsed = []
     for flag in flags:
         key, sep, value = flag.partition("=")
         *scope, metric = key.split(".") if key else [""]
-        if not sep or metric not in BUDGET_KEYS + LIST_KEYS or len(scope) > 2:
-            raise UsageError(f"bad --budget {flag!r}: expected [TARGET.][VARIANT.]KEY=VALUE with KEY one of {', '.join(BUDGET_KEYS + LIST_KEYS)}")
+        where = f"--budget {flag!r}"
+        if not sep or metric not in KNOWN_KEYS or len(scope) > 2:
+            raise UsageError(f"bad {where}: expected [TARGET.][VARIANT.]KEY=VALUE with KEY one of {', '.join(KNOWN_KEYS)}")
+        _check_scope(tuple(scope), where)
         if metric in LIST_KEYS:
-            parsed.append((tuple(scope), metric, _check_list(metric, [v for v in value.split(",") if v], f"--budget {flag!r}")))
-            continue
-        try:
-            parsed.append((tuple(scope), metric, float(value)))
-        except ValueError as exc:
-            raise UsageError(f"bad --budget {flag!r}: {value!r} is not a number") from exc
+            parsed.append((tuple(scope), metric, _check_list(metric, [v for v in value.split(",") if v], where)))
+        elif metric in ALLOW_KEYS:
+            parsed.append((tuple(scope), metric, _flag_bool(value, where)))
+        else:
+            parsed.append((tuple(scope), metric, _number(metric, _flag_float(value, where), where)))
     return parsed
 
 
-def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[str, ...], str, float]]) -> dict:
+def _flag_float(value: str, where: str) -> float:
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise UsageError(f"bad {where}: {value!r} is not a number") from exc
+
+
+def _flag_bool(value: str, where: str) -> bool:
+    known = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    if value.lower() not in known:
+        raise UsageError(f"bad {where}: expected true or false, got {value!r}")
+    return known[value.lower()]
+
+
+def _number(metric: str, value: float, where: str) -> float:
+    """A threshold must be finite (nan compares false with everything: a budget that gates nothing), and
+    ``topk`` a whole number >= 1."""
+    if not math.isfinite(value):
+        raise UsageError(f"bad {where}: {metric} must be a finite number, got {value}")
+    if metric == "topk" and (value < 1 or value != int(value)):
+        raise UsageError(f"bad {where}: topk must be a whole number >= 1, got {value:g}")
+    return float(value)
+
+
+def _table_value(metric: str, value, where: str):
+    """One KEY = VALUE of a [budgets.*] table, checked like the flag form."""
+    if metric in LIST_KEYS:
+        return _check_list(metric, value, where)
+    if metric in ALLOW_KEYS:
+        if not isinstance(value, bool):
+            raise UsageError(f"budget {metric} in {where} must be true or false, got {value!r}")
+        return value
+    if metric not in BUDGET_KEYS:
+        raise UsageError(f"unknown budget key {metric!r} in {where}; known: {', '.join(KNOWN_KEYS)}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise UsageError(f"budget {metric} in {where} must be a number, got {value!r}")
+    return _number(metric, float(value), f"budget in {where}")
+
+
+def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[str, ...], str, Any]]) -> dict:
     budget = default_budget(variant)
     tables = config.get("budgets", {})
     for table_key in (variant, f"{target}.{variant}"):
         for metric, value in tables.get(table_key, {}).items():
-            where = f"[budgets.{table_key}]"
-            if metric in LIST_KEYS:
-                budget[metric] = _check_list(metric, value, where)
-                continue
-            if metric not in BUDGET_KEYS:
-                raise UsageError(f"unknown budget key {metric!r} in {where}; known: {', '.join(BUDGET_KEYS + LIST_KEYS)}")
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise UsageError(f"budget {metric} in {where} must be a number, got {value!r}")
-            budget[metric] = float(value)
+            budget[metric] = _table_value(metric, value, f"[budgets.{table_key}]")
     for layer in ((), (variant,), (target, variant)):  # general to specific
         for scope, metric, value in flags:
             if scope == layer:

@@ -11,7 +11,10 @@ import re
 import traceback
 from typing import Iterable
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# CSI, OSC and two-byte escape sequences; then every other control character (C0/C1, bidi overrides, what
+# XML 1.0 forbids), shown as \xNN / \uNNNN instead of acting on a terminal, a document or a reader
+ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufffe\uffff\ud800-\udfff]")
 # lines exporters add around the real message; a summary made of them says nothing
 BOILERPLATE = ("For more information", "from user code", "Set TORCH", "Next steps", "To fix", "Traceback",
                "The above exception", "During handling")
@@ -19,9 +22,10 @@ LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/lib/python3", "<
 
 
 def clean(text: str) -> str:
-    """Text without terminal colour codes or control characters (keeps newlines and tabs)."""
-    text = ANSI.sub("", text)
-    return "".join(ch for ch in text if ch in "\n\t" or ch.isprintable())
+    """Text without terminal escape sequences, every other control character made visible (``\\x07``);
+    newlines and tabs kept. Model-provided text passes through this before any report or terminal."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}",
+                       ANSI.sub("", str(text)))
 
 
 def message_lines(exc: BaseException) -> list[str]:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from edgeport.config import baseline_thresholds, budget_for, is_required, parse_budget_flags
+from edgeport.config import baseline_thresholds, budget_for, is_required, load_config, parse_budget_flags
 from edgeport.errors import UsageError
 from edgeport.validate.parity import compare, default_budget, topk_agreement
 
@@ -55,3 +55,49 @@ def test_optional_rows_and_baseline_thresholds():
     assert baseline_thresholds(config)["latency_factor"] == 2.0 and baseline_thresholds({})["size_factor"] == 1.05
     with pytest.raises(UsageError, match="unknown key 'speed'"):
         baseline_thresholds({"baseline": {"speed": 1}})
+
+
+# ---- budgets that would silently do nothing are exit 2 (issue 9 item 14) ----
+
+@pytest.mark.parametrize("flag,needle", [
+    ("onxx.fp32.max_rel_err=1e-30", "unknown target 'onxx'"),
+    ("onnx.fp16.max_rel_err=1e-3", "target 'onnx' has no variant 'fp16'"),
+    ("fp33.cosine_min=0.9", "unknown variant 'fp33'"),
+    ("onnx.cosine_min=0.9", "'onnx' is a target: write onnx.VARIANT"),
+    ("fp32.max_rel=1e-3", "bad --budget"),
+    ("fp32.max_rel_err=nan", "must be a finite number"),
+    ("cosine_min=inf", "must be a finite number"),
+    ("topk=2.5", "topk must be a whole number"),
+    ("allow_empty=maybe", "expected true or false"),
+])
+def test_bad_budget_flags(flag, needle):
+    with pytest.raises(UsageError) as info:
+        parse_budget_flags([flag])
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_allow_keys_from_flags_and_tables(tmp_path):
+    flags = parse_budget_flags(["onnx.fp32.allow_empty=true", "allow_nonfinite_reference=1"])
+    budget = budget_for("onnx", "fp32", {"budgets": {"fp32": {"allow_empty": False}}}, flags)
+    assert budget["allow_empty"] is True and budget["allow_nonfinite_reference"] is True
+    assert "allow_empty" not in budget_for("litert", "fp32", {}, flags)
+    (tmp_path / "edgeport.toml").write_text('[budgets."onnx.fp32"]\nallow_empty = true\n')
+    assert load_config(cwd=tmp_path)["budgets"]["onnx.fp32"] == {"allow_empty": True}
+
+
+@pytest.mark.parametrize("toml,needle", [
+    ('[budgets."onxx.fp32"]\nmax_rel_err = 1e-3\n', "unknown target 'onxx'"),
+    ('[budgets."tpu.int8"]\ncosine_min = 0.9\n', "target 'tpu' has no variant 'int8'"),
+    ('[budgets.fp64]\ncosine_min = 0.9\n', "unknown variant 'fp64'"),
+    ('[budgets.fp32]\nmax_rel_err = nan\n', "must be a finite number"),
+    ('[budgets.fp32]\ncosine_min = -inf\n', "must be a finite number"),
+    ('[budgets.fp32]\ncosine = 0.9\n', "unknown budget key 'cosine'"),
+    ('[budgets.fp32]\nallow_empty = 1\n', "must be true or false"),
+    ('optional = ["onxx"]\n', "unknown target 'onxx'"),
+    ('optional = ["onnx.fp16"]\n', "target 'onnx' has no variant 'fp16'"),
+])
+def test_bad_config_tables_are_refused_when_read(tmp_path, toml, needle):
+    (tmp_path / "edgeport.toml").write_text(toml)
+    with pytest.raises(UsageError) as info:
+        load_config(cwd=tmp_path)
+    assert needle in str(info.value) and "edgeport.toml" in str(info.value)

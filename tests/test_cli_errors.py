@@ -42,6 +42,11 @@ def test_bad_model_specs(tmp_path, spec_suffix, needle):
     ("x:1by20:float32", "bad shape '1by20'"),
     ("x:1x20:float99", "unknown dtype 'float99'"),
     ("x1x20", "expected NAME:SHAPE:DTYPE"),
+    ("x:1x20:int64:10..5", "LOW must be below HIGH"),
+    ("x:1x20:float32:1.2.3..4", "bad range '1.2.3..4'"),
+    ("x:1x20:float32:nan..1", "bad range 'nan..1'"),
+    ("x:1x20:int8:0..1000", "int8 values are drawn from [-128, 128)"),
+    ("x:100000x100000x100:float32", "input x would need 3,725.3 GiB"),
 ])
 def test_bad_input_flags(tmp_path, flag, needle):
     out = tmp_path / "out"
@@ -84,3 +89,60 @@ def test_export_failure_names_user_line_and_exits_1(tmp_path):
     assert "torch.export failed" in report
     assert "model.py" in report and "x.sum() > 0" in report
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("budget,needle", [
+    ("onxx.fp32.max_rel_err=1e-30", "unknown target 'onxx'"),
+    ("fp32.max_rel_err=nan", "must be a finite number"),
+])
+def test_budget_that_would_do_nothing_is_exit_2(tmp_path, budget, needle):
+    out = tmp_path / "out"
+    _assert_usage_error(run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--budget", budget, "--out", out), out, needle)
+
+
+def test_config_budget_table_typo_is_exit_2(tmp_path):
+    (tmp_path / "edgeport.toml").write_text('[budgets."onxx.fp32"]\nmax_rel_err = 1e-30\n')
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, cwd=tmp_path)
+    _assert_usage_error(result, out, "unknown target 'onxx'")
+
+
+def test_model_message_is_escaped_for_terminal_junit_and_markdown(tmp_path):
+    """A model's own error text carries an ANSI colour, rich markup, HTML and control characters."""
+    import re
+    from xml.etree import ElementTree as ET
+
+    model = write_model_file(tmp_path, (
+        "class Loud(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        raise RuntimeError('\\x1b[31mboom\\x1b[0m [red]lit[/red] <script>x</script> a|b \\x07\\x00 end')\n\n"
+        "def build():\n    return Loud(), (torch.randn(1, 4),)\n"))
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "--no-latency", "--samples", "2", "--out", out,
+                     "--junit", "junit.xml")
+    assert result.returncode == 1, result.stderr
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", result.stdout), repr(result.stdout)
+    assert "boom [red]lit[/red] <script>x</script>" in result.stdout  # markup printed as written
+    failure = ET.parse(out / "junit.xml").getroot().find("testcase/failure")  # well-formed despite \x07 \x00
+    assert "\\x07\\x00" in failure.get("message")
+    md = (out / "report.md").read_text()
+    assert "<script>" not in md and "&lt;script&gt;x&lt;/script&gt; a\\|b" in md
+
+
+def test_nan_and_empty_outputs_do_not_pass_parity(tmp_path):
+    """An all-NaN output (NaN in the reference too) and a zero-size one compared nothing: exit 1, named."""
+    from conftest import read_report
+
+    model = write_model_file(tmp_path, (
+        "class Hollow(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * float('nan'), x[:, :0] * 2.0, x + 1.0\n\n"
+        "def build():\n    return Hollow(), (torch.randn(1, 4),)\n"))
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "--no-latency", "--samples", "2", "--out", out)
+    assert result.returncode == 1, result.stderr
+    row = read_report(out)["targets"][0]  # schema-valid summary although nothing was compared in two outputs
+    assert row["status"] == "failed" and row["parity"]["elements_compared"] == 8
+    assert "output_0: the reference (PyTorch) output holds 8 NaN/Inf value(s)" in row["error"]
+    assert "output_1: nothing compared: the output has no elements" in row["error"]
+    assert [o["passed"] for o in row["parity"]["outputs"]] == [False, False, True]

@@ -57,6 +57,86 @@ def test_shape_mismatch_fails():
 
 def test_budget_layers_general_to_specific():
     config = {"budgets": {"fp16": {"cosine_min": 0.9}, "litert.fp16": {"max_rel_err": 0.5}}}
-    flags = parse_budget_flags(["snr_db_min=3", "fp16.cosine_min=0.8", "onnx.fp16.cosine_min=0.1"])
+    flags = parse_budget_flags(["snr_db_min=3", "fp16.cosine_min=0.8", "onnx.fp32.cosine_min=0.1"])
     budget = budget_for("litert", "fp16", config, flags)
     assert budget == {"max_rel_err": 0.5, "cosine_min": 0.8, "snr_db_min": 3.0}
+
+
+# ---- honest verdicts (issue 9 item 13): a pass needs something compared ----
+
+def test_nan_where_reference_is_nan_is_not_equal():
+    result = _one([np.nan, np.nan, np.nan], [np.nan, np.nan, np.nan])
+    assert not result["passed"] and result["elements_compared"] == 0
+    assert result["outputs"][0]["reference_nonfinite"] == 3 and "allow_nonfinite_reference" in result["message"]
+    allowed = compare([[np.full(3, np.nan, np.float32)]], [[np.full(3, np.nan, np.float32)]],
+                      {**default_budget("fp32"), "allow_nonfinite_reference": True}, ["y"])
+    assert not allowed["passed"] and "nothing compared" in allowed["message"]  # allowed, but still nothing compared
+
+
+def test_nonfinite_reference_allowed_judges_only_finite_elements():
+    ref = [[np.array([-np.inf, 1.0, 2.0], np.float32)]]
+    masked = [[np.array([np.finfo(np.float32).min, 1.0, 2.0], np.float32)]]  # a converter's -inf mask
+    budget = {**default_budget("fp32"), "allow_nonfinite_reference": True}
+    assert not compare(ref, masked, default_budget("fp32"), ["y"])["passed"]
+    result = compare(ref, masked, budget, ["y"])
+    assert result["passed"] and result["elements_compared"] == 2 and result["max_abs_err"] == 0.0
+    assert "only its finite elements were compared" in result["notes"][0]
+    wrong = compare(ref, [[np.array([-np.inf, 1.0, 3.0], np.float32)]], budget, ["y"])
+    assert not wrong["passed"] and "max_rel_err" in wrong["message"]
+
+
+def test_zero_size_output_is_nothing_compared_unless_allowed():
+    empty = np.zeros((0, 4), np.float32)
+    result = _one(empty, empty)
+    assert not result["passed"] and "nothing compared: the output has no elements" in result["message"]
+    assert result["outputs"][0]["empty"] is True and result["outputs"][0]["cosine_min"] is None
+    allowed = compare([[empty]], [[empty]], {**default_budget("fp32"), "allow_empty": True}, ["y"])
+    assert allowed["passed"] and allowed["elements_compared"] == 0 and "allow_empty" in allowed["notes"][0]
+
+
+def test_denormal_reference_flushed_by_runtime_passes_as_degenerate():
+    ref = np.array([3e-40, -1e-40, 0.0, 2e-41], np.float32)  # float32 denormals, what FTZ runtimes flush
+    result = _one(ref, np.zeros(4))
+    output = result["outputs"][0]
+    assert result["passed"], result["message"]
+    assert output["degenerate_reference"]["max_abs_ref"] < 1e-39 and output["cosine_min"] is None
+    assert "all zeros/denormal" in result["notes"][0] and result["cosine_min"] == 1.0
+
+
+def test_degenerate_reference_with_signal_in_artifact_fails_naming_the_reference():
+    result = _one(np.zeros(4), [0.5, 0.0, 0.0, 0.0])
+    assert not result["passed"]
+    assert "reference output is all zeros/denormal (max |ref| 0)" in result["message"]
+    assert "differs by up to 0.5" in result["message"] and "cosine" not in result["message"].split("meaningless")[1]
+    lenient = compare([[np.zeros(4, np.float32)]], [[np.array([0.5, 0, 0, 0], np.float32)]],
+                      {**default_budget("fp32"), "max_abs_err": 1.0}, ["y"])
+    assert lenient["passed"]  # the budget's own absolute tolerance judges a no-signal output
+
+
+def test_zero_sample_inside_an_output_with_signal_is_judged_by_the_outputs_scale():
+    refs = [[np.linspace(-1, 1, 8).astype(np.float32)], [np.zeros(8, np.float32)]]
+    outs = [[refs[0][0].copy()], [np.full(8, 1e-7, np.float32)]]  # float residue where the reference is exactly 0
+    result = compare(refs, outs, default_budget("fp32"), ["y"])
+    assert result["passed"] and result["cosine_min"] > 0.99999, result["message"]  # sample 1 has no cosine
+    far = compare(refs, [[refs[0][0].copy()], [np.full(8, 0.1, np.float32)]], default_budget("fp32"), ["y"])
+    assert not far["passed"] and far["message"].startswith("y sample 1: max_rel_err")
+
+
+def test_artifact_with_fewer_outputs_fails_cleanly():
+    result = compare([[np.ones(2, np.float32), np.ones(2, np.float32)]], [[np.ones(2, np.float32)]],
+                     default_budget("fp32"), ["a", "b"])
+    assert not result["passed"] and "artifact returned 1 outputs, the model has 2" in result["message"]
+
+
+def test_row_summary_stays_schema_valid(tmp_path):
+    from conftest import validate_report
+    from edgeport.validate.report import write_json
+
+    cases = [([np.nan] * 2, [np.nan] * 2), (np.zeros((0, 2)), np.zeros((0, 2))), ([1e-40, 0], [0, 0]),
+             ([0.0, 0.0], [0.5, 0.0]), ([1.0, 2.0], [np.inf, 2.0])]
+    rows = [{"target": "t", "variant": "fp32", "status": "failed", "error": None, "artifact": None,
+             "parity": _one(r, o), "latency_ms": None} for r, o in cases]
+    report = write_json(tmp_path / "report.json", {"schema": "edgeport.report/1", "edgeport_version": "0", "passed": False,
+                                                   "model": {"spec": "m"}, "targets": rows})
+    validate_report(report)
+    assert [r["parity"]["passed"] for r in report["targets"]] == [False, False, True, False, False]

@@ -2,6 +2,8 @@
 and baselines (regression -> exit 1, none -> 0, unknown schema -> 2)."""
 
 import copy
+import itertools
+import re
 import json
 from html.parser import HTMLParser
 from xml.etree import ElementTree as ET
@@ -200,3 +202,59 @@ def test_convert_with_baseline_and_optional_target(tmp_path):
                      "--baseline", tmp_path / "old.json", cwd=tmp_path)
     assert result.returncode == 1
     assert "bigger" in read_report(second)["targets"][0]["regressions"][0]
+
+
+# ---- model-provided text is escaped for each format (issue 9 item 17) ----
+
+HOSTILE = "\x1b[31mboom\x1b[0m [red]lit[/red] <script>alert(1)</script> a|b & bell\x07 nul\x00 vt\x0b \u202eevil"
+
+
+def _hostile_report() -> dict:
+    report = mixed_report()
+    report["model"]["spec"] = "m`x`.py:build"
+    for row in report["targets"][1:]:
+        row["error"] = HOSTILE
+    report["targets"][0]["notes"] = [HOSTILE]
+    report["targets"][0]["rewrites"] = ["<b>bold</b>|x"]
+    report["targets"].append(_row("tpu", "fp32", "ok", tpu_compile=[{"topology": "v|1", "ok": False, "error": HOSTILE,
+                                                                      "peak_bytes": None, "flops": None}]))
+    return report
+
+
+def test_junit_is_well_formed_with_control_characters():
+    suite = ET.fromstring(render_junit(_hostile_report()))  # raises on characters XML 1.0 forbids
+    failure = suite.find("testcase[@name='litert[int8]']/failure")
+    assert "\\x07" in failure.get("message") and "\\x00" in failure.text and "\x1b" not in failure.text
+    assert "<script>alert(1)</script>" in failure.text  # escaped by XML, read back as text
+    assert "skipped" in [c.tag for c in suite.find("testcase[@name='onnx[int8]']")]
+
+
+def test_markdown_carries_no_raw_html_and_keeps_its_table():
+    md = render_markdown(_hostile_report())
+    assert "<script>" not in md and "<b>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
+    assert "a\\|b &amp; bell\\x07" in md and "\x1b" not in md and "\x00" not in md and "\u202e" not in md
+    for header in ("| target |", "| variant | topology |"):
+        lines = md.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith(header))
+        table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+        assert len(table) >= 3 and len({len(re.findall(r"(?<!\\)\|", line)) for line in table}) == 1, table
+    assert md.startswith("# edgeport report — `` m`x`.py:build ``")
+
+
+def test_html_has_no_control_characters():
+    page = render_html(_hostile_report())
+    assert "<script>" not in page and "\x1b" not in page and "\x07" not in page and "\\x07" in page
+
+
+def test_printable_strips_escapes_and_rich_markup():
+    from rich.console import Console
+
+    from edgeport.validate.render import printable
+
+    text = printable(HOSTILE)
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "\\u202e" in text
+    console = Console(record=True, width=300, color_system=None)
+    console.print(f"[red]row[/red]: {text}")
+    shown = console.export_text()
+    assert "boom [red]lit[/red] <script>" in shown and "\x1b" not in shown
+    assert printable("[bold]x", markup=False) == "[bold]x"

@@ -58,10 +58,10 @@ def plain_table(title: str, headers, rows) -> str:
 
 
 def printable(text) -> str:
-    """Model-provided text for the terminal: no escape sequences or control characters, one line."""
-    from edgeport.diagnostics import clean
+    """Model-provided text for the terminal (tables print without markup, so none is escaped)."""
+    from edgeport.validate.render import printable as safe
 
-    return clean(str(text)).replace("\n", " ")
+    return safe(text, markup=False)
 
 
 def print_findings(findings, module_rewrites: list[str], targets: list[str]) -> None:

@@ -77,8 +77,9 @@ def check_dynamic(dynamic) -> None:
 def check_judge(judge: JudgeOptions) -> None:
     if judge.threads != "auto" and (not isinstance(judge.threads, int) or judge.threads < 1):
         raise UsageError(f"--threads must be a number >= 1 or 'auto', got {judge.threads!r}")
-    if judge.samples < 1:
-        raise UsageError("--samples must be at least 1")
+    from edgeport.validate.data import check_sample_count
+
+    check_sample_count(judge.samples)
 
 
 def input_paths(opts: ConvertOptions) -> list[Path]:

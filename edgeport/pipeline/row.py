@@ -107,7 +107,7 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
     start = time.perf_counter()
     with redirected(log):  # runtimes log too (e.g. delegate creation)
         row.apply(judge_artifact(target, converted.artifact, session, budget))
-        if row.parity and not row.parity["passed"] and session.judge.localize:
+        if row.parity and not row.parity["passed"] and session.judge.localize and converter_to_blame(row.parity):
             localize(row, target, job, session, budget)
     row.check_seconds = round(time.perf_counter() - start, 3)
     if row.io:
@@ -146,7 +146,7 @@ def judge_artifact(target, artifact: Path, session: Session, budget: dict) -> Ve
     details.update(runner.details())
     error = None if parity["passed"] else f"parity: {parity['message']}"
     return Verdict("ok" if parity["passed"] else "failed", error, parity, latency, runner.io(), details,
-                   slower_than_eager(runner, details, latency, session.reference_latency))
+                   parity.get("notes", []) + slower_than_eager(runner, details, latency, session.reference_latency))
 
 
 def slower_than_eager(runner, details: dict, latency: dict | None, reference: dict | None) -> list[str]:
@@ -159,6 +159,16 @@ def slower_than_eager(runner, details: dict, latency: dict | None, reference: di
         return []
     ratio = latency["p50"] / reference["p50"]
     return [f"p50 {latency['p50']:.3f} ms is {ratio:.1f}x PyTorch eager's {reference['p50']:.3f} ms; {reason}"]
+
+
+REFERENCE_PROBLEMS = ("reference_nonfinite", "empty", "degenerate_reference")
+
+
+def converter_to_blame(parity: dict) -> bool:
+    """Localization bisects for a converter's wrong kernel; it has nothing to find when the failing outputs
+    fail because of the reference itself (NaN/Inf, nothing to compare, no signal)."""
+    failing = [o for o in parity["outputs"] if not o["passed"]]
+    return bool(failing) and not all(any(o.get(k) for k in REFERENCE_PROBLEMS) for o in failing)
 
 
 def localize(row: Row, target, job, session: Session, budget: dict) -> None:

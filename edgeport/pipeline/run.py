@@ -84,7 +84,7 @@ def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, mo
     from edgeport.pipeline.session import Session
     from edgeport.validate.data import load_data
 
-    calibration = load_data(opts.calibration_data, signature) if opts.calibration_data else None
+    calibration = load_data(opts.calibration_data, signature, "--calibration-data") if opts.calibration_data else None
     return Session.start(loaded, program, signature, opts.judge, progress, module_rewrites=tuple(module_rewrites),
                          decompositions=the_plan.decompositions, calibration=calibration,
                          target_options=dict(opts.target_options), dynamic=tuple(opts.source.dynamic))

@@ -61,12 +61,13 @@ class Session:
         """Samples (example + seeded random + ``--data``), PyTorch's reference outputs and its latency."""
         from edgeport.pipeline.plan import fixed_threads
         from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs, to_numpy
-        from edgeport.validate.data import load_data_with_kind, make_samples
+        from edgeport.validate.data import make_samples, read_data
         from edgeport.validate.latency import measure
 
         example = flatten_inputs(loaded.example_inputs)
         samples = make_samples([to_numpy(x) for x in example], judge.samples, judge.seed)
-        real, kind = load_data_with_kind(judge.data, signature) if judge.data else ([], None)
+        real_data = read_data(judge.data, signature) if judge.data else None
+        real = real_data.samples if real_data else []
         reference_model = loaded.module if loaded.module is not None else program.module()
         threads = fixed_threads(judge.threads)
         eager = EagerRunner(reference_model, [i.dtype for i in signature.inputs], threads)
@@ -74,7 +75,7 @@ class Session:
         reference = [eager.run(s) for s in real + samples]
         latency = measure(lambda: eager.run(samples[0]), threads) if judge.latency else None
         origin = {"real": len(real), "random": len(samples) - 1, "example": 1}
-        data = {"kind": kind, "source": judge.data, "samples": len(real)} if judge.data else None
+        data = real_data.report(judge.data) if real_data else None
         extra.setdefault("rewrites", RewriteCache(program, example, extra.pop("decompositions", {})))
         return cls(program, example, signature, real + samples, reference, latency, judge, origin, data, **extra)
 

@@ -3,6 +3,7 @@ loaded model. Plain data, no torch at import: the CLI builds these before anythi
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,8 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One ``--input NAME:SHAPE:DTYPE[:LOW..HIGH]`` flag: shape, dtype and value range of an example input."""
+    """One ``--input NAME:SHAPE:DTYPE[:LOW..HIGH]`` flag: shape, dtype and value range of an example input
+    (integers drawn from [LOW, HIGH), floats uniform in [LOW, HIGH))."""
 
     name: str
     shape: tuple[int, ...]
@@ -59,8 +61,22 @@ class InputSpec:
         return torch.randint(low, high, self.shape, generator=gen, dtype=dtype)
 
 
+# Bytes per element of each --input dtype (no numpy/torch import needed to size a declared shape).
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int8": 1, "uint8": 1, "bool": 1}
+# Why 4 GiB: an example input is held several times over (the tensor, its numpy copy, --samples random
+# copies, the reference run's activations), and no model an edge runtime takes has an input near this size
+# (a 4K RGB float32 frame is 95 MiB); a declared shape above it is a typo, and allocating it first would only
+# die in the allocator or swap the machine.
+MAX_INPUT_BYTES = 4 * 2**30
+# Value bounds a LOW..HIGH range must respect: integers [LOW, HIGH) as torch.randint draws them (HIGH is
+# exclusive, like a vocabulary size), floats within the dtype's finite range.
+INT_BOUNDS = {"int64": (-2**63, 2**63 - 1), "int32": (-2**31, 2**31), "int8": (-128, 128), "uint8": (0, 256)}
+FLOAT_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
 def parse_input_spec(text: str) -> InputSpec:
-    """Parse ``x:1x3x224x224:float32`` (optionally ``:0..1000`` for the value range)."""
+    """Parse ``x:1x3x224x224:float32`` (optionally ``:0..1000`` for the value range). Everything is checked
+    before anything is allocated: shape, dtype, the size the input would need, and the range."""
     parts = text.split(":")
     if len(parts) not in (3, 4) or not parts[0]:
         raise UsageError(f"bad --input {text!r}: expected NAME:SHAPE:DTYPE, e.g. x:1x3x224x224:float32")
@@ -70,13 +86,42 @@ def parse_input_spec(text: str) -> InputSpec:
     dtype = DTYPES.get(dtype_text.lower())
     if dtype is None:
         raise UsageError(f"unknown dtype {dtype_text!r} in --input {text!r}; known: {', '.join(sorted(set(DTYPES.values())))}")
-    low = high = None
-    if len(parts) == 4:
-        match = re.fullmatch(r"(-?[\d.]+)\.\.(-?[\d.]+)", parts[3])
-        if not match:
-            raise UsageError(f"bad range {parts[3]!r} in --input {text!r}: expected LOW..HIGH, e.g. 0..1000")
-        low, high = float(match[1]), float(match[2])
-    return InputSpec(name, tuple(int(s) for s in shape_text.split("x")), dtype, low, high)
+    shape = tuple(int(s) for s in shape_text.split("x"))
+    numel = 1
+    for size in shape:
+        numel *= size
+    if numel * ITEMSIZE[dtype] > MAX_INPUT_BYTES:
+        raise UsageError(f"input {name} would need {numel * ITEMSIZE[dtype] / 2**30:,.1f} GiB ({shape_text} {dtype}); "
+                         f"the limit is {MAX_INPUT_BYTES // 2**30} GiB per input: check --input {text!r}")
+    low, high = _parse_range(parts[3], dtype, text) if len(parts) == 4 else (None, None)
+    return InputSpec(name, shape, dtype, low, high)
+
+
+def _parse_range(range_text: str, dtype: str, text: str) -> tuple[float, float]:
+    """``LOW..HIGH`` for ``dtype``: finite numbers, whole for integer dtypes, LOW below HIGH, inside the dtype."""
+    low_text, sep, high_text = range_text.partition("..")
+    try:
+        low, high = float(low_text), float(high_text)
+    except ValueError:
+        low = high = math.nan
+    if not sep or not (math.isfinite(low) and math.isfinite(high)):
+        raise UsageError(f"bad range {range_text!r} in --input {text!r}: expected LOW..HIGH with two numbers, e.g. 0..1000")
+    if dtype == "bool":
+        raise UsageError(f"bad range {range_text!r} in --input {text!r}: a bool input takes no range")
+    if dtype in INT_BOUNDS:
+        lowest, past_highest = INT_BOUNDS[dtype]
+        if low != int(low) or high != int(high):
+            raise UsageError(f"bad range {range_text!r} in --input {text!r}: {dtype} bounds must be whole numbers")
+        if low >= high:
+            raise UsageError(f"bad range {range_text!r} in --input {text!r}: LOW must be below HIGH (integers are drawn from [LOW, HIGH))")
+        if low < lowest or high > past_highest:
+            raise UsageError(f"bad range {range_text!r} in --input {text!r}: {dtype} values are drawn from [{lowest}, {past_highest})")
+    else:
+        if low > high:
+            raise UsageError(f"bad range {range_text!r} in --input {text!r}: LOW must not be above HIGH")
+        if max(abs(low), abs(high)) > FLOAT_MAX[dtype]:
+            raise UsageError(f"bad range {range_text!r} in --input {text!r}: beyond the largest {dtype} ({FLOAT_MAX[dtype]:.4g})")
+    return low, high
 
 
 @dataclass

@@ -101,7 +101,7 @@ def first_divergent_layer(target, job, sample: list, budget: dict, threads: int,
         with tempfile.TemporaryDirectory() as tmp:
             sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[], options={**job.options, "artifact_only": True})
             runner = target.load_runner(target.convert(sub_job).artifact, threads)
-            return not compare([reference], [runner.run(sample)], budget, ["layer"])["passed"]
+            return not compare([reference], [runner.run(sample)], {**budget, "allow_empty": True}, ["layer"])["passed"]
 
     low, high, steps = 0, len(candidates) - 1, 0
     if not diverges(high):

@@ -97,7 +97,7 @@ def environment_lines(report: dict) -> list[str]:
 
 def render_markdown(report: dict) -> str:
     md = markdown_cell
-    lines = [f"# edgeport report — `{md(report['model']['spec'])}`", "",
+    lines = [f"# edgeport report — {markdown_code(report['model']['spec'])}", "",
              f"**{md(headline(report))}** · edgeport {report['edgeport_version']}"
              f" · params {report['model'].get('params') or '–'}", ""]
     lines += markdown_table(HEADERS, summary_rows(report))
@@ -122,11 +122,34 @@ def markdown_table(headers, rows) -> list[str]:
 
 
 def markdown_cell(text: str) -> str:
-    """Model-provided text as inert Markdown: no raw HTML, no table breaks, no control characters."""
+    """Model-provided text as inert Markdown: no raw HTML, no table breaks, one line, no control characters."""
+    from edgeport.diagnostics import clean
+
+    text = clean(str(text)).replace("\n", " ").replace("\t", " ")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def markdown_code(text: str) -> str:
+    """An inline code span holding ``text`` literally, whatever backticks it contains (CommonMark: a fence
+    longer than any backtick run inside, padded with spaces)."""
+    import re
+
     from edgeport.diagnostics import clean
 
     text = clean(str(text)).replace("\n", " ")
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if "`" in text else f"`{text}`"
+
+
+def printable(text, markup: bool = True) -> str:
+    """Text from a report made safe for the terminal: one line, no escape sequences or control characters
+    and, for Rich output (``markup``), no Rich markup (``[red]`` prints as written)."""
+    from rich.markup import escape
+
+    from edgeport.diagnostics import clean
+
+    text = clean(str(text)).replace("\n", " ")
+    return escape(text) if markup else text
 
 
 def xml_text(text: str) -> str:
