@@ -89,7 +89,7 @@ def test_cli_data_callable_counts_and_calibration(tmp_path):
     report = read_report(out)
     rows = {r["variant"]: r for r in report["targets"]}
     assert rows["fp32"]["parity"]["samples"] == 67 and rows["fp32"]["parity"]["sample_origin"] == {"real": 64, "random": 2, "example": 1}
-    assert report["data"] == {"kind": "callable", "source": spec, "samples": 64}
+    assert report["data"] == {"kind": "callable", "source": spec, "samples": 64, "samples_used": 64, "samples_available": 64}
     assert not any("random samples" in n for n in rows["int8"]["notes"])
     assert "1 example, 2 seeded random, 64 real (callable:" in (out / "report.md").read_text()
 

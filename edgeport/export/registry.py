@@ -176,3 +176,8 @@ def all_options() -> list[TargetOption]:
         for option in target.options:
             seen.setdefault(option.key, option)
     return list(seen.values())
+
+
+def all_variants() -> set[str]:
+    """Every variant some target offers (what a budget's VARIANT scope may name)."""
+    return {v for target in all_targets() for v in target.variants}

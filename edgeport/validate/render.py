@@ -107,7 +107,7 @@ def render_markdown(report: dict) -> str:
     rewritten = [r for r in report["targets"] if r.get("rewrites")]
     if rewritten:
         lines += ["", "## Rewrites (the program was changed before conversion)"]
-        lines += [f"- **{r['target']} {r['variant']}**: {', '.join(r['rewrites'])}" for r in rewritten]
+        lines += [f"- **{md(r['target'])} {md(r['variant'])}**: {md(', '.join(r['rewrites']))}" for r in rewritten]
     for section in target_sections(report):
         lines += ["", f"## {md(section.title)}", ""] + markdown_table(section.headers, section.rows)
     lines += [""] + [md(text) for text in [samples_line(report), *environment_lines(report)] if text]
