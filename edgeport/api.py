@@ -46,6 +46,7 @@ class ConvertOptions:
     localize: bool = True
     baseline: Path | None = None
     decompositions: str | None = None
+    trust_pickle: bool = False         # a .pt2 may unpickle entries beyond weights-only (runs code from it)
 
 
 @dataclass
@@ -153,7 +154,7 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> ConvertRe
     progress("loading model")
     timings: dict[str, float] = {}
     with timed(timings, "load"):
-        loaded = load_model(opts.model, input_specs, opts.hf_task, opts.seq_len)
+        loaded = load_model(opts.model, input_specs, opts.hf_task, opts.seq_len, trust_pickle=opts.trust_pickle)
     staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.", dir=_parent(opts.out)))
     try:
         report = _convert_into(staging, loaded, opts, the_plan, progress, timings)
@@ -582,7 +583,7 @@ def validate(opts: ConvertOptions, progress: Progress | None = None) -> ConvertR
     base = _read_baseline(opts.baseline, config)
     check_threads_and_samples(opts)
     progress("loading exported.pt2")
-    loaded = load_model(str(program_path))
+    loaded = load_model(str(program_path), trust_pickle=opts.trust_pickle)
     names = _manifest_input_names(directory)
     program = loaded.program
     signature = signature_of(program, names)

@@ -24,7 +24,7 @@ class Finding:
 
 
 def check(model: str, targets: list[str], inputs: list[str], hf_task: str = "auto", seq_len: int = 16,
-          decompositions: str | None = None) -> tuple[list[Finding], list[str]]:
+          decompositions: str | None = None, trust_pickle: bool = False) -> tuple[list[Finding], list[str]]:
     """(findings, module rewrites applied). Raises UsageError for bad input, ExportFailed if export fails."""
     from edgeport.errors import UsageError
     from edgeport.export.program import export_program
@@ -36,7 +36,7 @@ def check(model: str, targets: list[str], inputs: list[str], hf_task: str = "aut
     if unknown:
         raise UsageError(f"unknown target {unknown[0]!r}; known targets: {', '.join(target_names())}")
     table = load_decompositions(decompositions) if decompositions else {}
-    loaded = load_model(model, [parse_input_spec(t) for t in inputs], hf_task, seq_len)
+    loaded = load_model(model, [parse_input_spec(t) for t in inputs], hf_task, seq_len, trust_pickle=trust_pickle)
     module_rewrites = apply_module_rewrites(loaded.module)
     program = loaded.program or export_program(loaded.module, loaded.example_inputs)
     from edgeport.runtimes.torch_eager import flatten_inputs

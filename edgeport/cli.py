@@ -28,6 +28,7 @@ CONFIG_OPTION = typer.Option(None, "--config", help="edgeport.toml (default: ./e
 BUDGET_OPTION = typer.Option([], "--budget", help="parity budget override [TARGET.][VARIANT.]KEY=VALUE")
 SEQ_LEN_OPTION = typer.Option(16, "--seq-len", help="hf: text models' example sequence length")
 BASELINE_OPTION = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one")
+TRUST_PICKLE_OPTION = typer.Option(False, "--trust-pickle", help="a .pt2 may hold pickled entries, which run code when loaded: load them anyway (only for files you trust)")
 
 
 def fail_usage(message: str) -> None:
@@ -74,6 +75,7 @@ def convert(
     decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS = {'ns::op': fn} for custom ops"),
     tpu_topology: List[str] = typer.Option([], "--tpu-topology", help="tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default v5e:1x1, v5e:2x2, v6e:1x1)"),
     dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the tpu artifact keeps it, the report says where"),
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
     from edgeport.api import ConvertOptions
@@ -84,7 +86,8 @@ def convert(
                           calibration_data=calibration_data, latency=not no_latency, force=force, junit=junit,
                           config=config, budgets=list(budget), hf_task=hf_task, seq_len=seq_len,
                           localize=localize, baseline=baseline, decompositions=decompositions,
-                          target_options={"tpu_topology": list(tpu_topology)}, dynamic=list(dynamic))
+                          target_options={"tpu_topology": list(tpu_topology)}, dynamic=list(dynamic),
+                          trust_pickle=trust_pickle)
     result = _with_progress(lambda progress: run_convert(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
@@ -102,13 +105,15 @@ def validate(
     config: Optional[Path] = CONFIG_OPTION,
     budget: List[str] = BUDGET_OPTION,
     baseline: Optional[Path] = BASELINE_OPTION,
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
 ) -> None:
     """Re-run parity and latency on the artifacts in DIR (no conversion) and update its report."""
     from edgeport.api import ConvertOptions
     from edgeport.api import validate as run_validate
 
     opts = ConvertOptions(model=str(directory), out=directory, threads=parse_threads(threads), samples=samples, seed=seed, data=data,
-                          latency=not no_latency, junit=junit, config=config, budgets=list(budget), baseline=baseline)
+                          latency=not no_latency, junit=junit, config=config, budgets=list(budget), baseline=baseline,
+                          trust_pickle=trust_pickle)
     result = _with_progress(lambda progress: run_validate(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
@@ -138,6 +143,7 @@ def check(
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head"),
     seq_len: int = SEQ_LEN_OPTION,
     decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS"),
+    trust_pickle: bool = TRUST_PICKLE_OPTION,
 ) -> None:
     """Before converting: which ops each target will refuse and which rewrite fixes them (exit 1 if unfixable)."""
     from edgeport.check import check as run_check
@@ -145,7 +151,7 @@ def check(
 
     def work(_progress):
         try:
-            return run_check(model, list(target), list(input), hf_task, seq_len, decompositions)
+            return run_check(model, list(target), list(input), hf_task, seq_len, decompositions, trust_pickle)
         except ExportFailed as exc:
             return exc
 

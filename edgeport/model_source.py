@@ -2,7 +2,8 @@
 
 Specs: ``path/file.py:callable``, ``package.module:callable``, ``program.pt2`` (a saved ExportedProgram),
 ``hf:<save_pretrained dir | hub id in the local cache>``. Model code runs only from the file or module the
-user named; weights are never unpickled with ``weights_only=False``. Every bad spec becomes a one-line
+user named; a ``.pt2`` is inspected first and nothing in it is unpickled beyond torch's weights-only loader
+unless the user passed ``--trust-pickle`` (:mod:`edgeport.sources.pt2_archive`). Every bad spec becomes a one-line
 :class:`UsageError` (exit 2).
 """
 
@@ -86,7 +87,8 @@ class LoadedModel:
     input_names: tuple[str, ...] | None = None
 
 
-def load_model(spec: str, inputs: list[InputSpec] | None = None, hf_task: str = "auto", seq_len: int = 16) -> LoadedModel:
+def load_model(spec: str, inputs: list[InputSpec] | None = None, hf_task: str = "auto", seq_len: int = 16,
+               trust_pickle: bool = False) -> LoadedModel:
     """Load MODEL per its spec; ``inputs`` (from --input) supply or override example inputs."""
     inputs = inputs or []
     if spec.startswith("hf:"):
@@ -94,7 +96,7 @@ def load_model(spec: str, inputs: list[InputSpec] | None = None, hf_task: str = 
 
         return load_hf_model(spec, spec[3:], hf_task, seq_len, inputs)
     if spec.endswith(".pt2"):
-        return _load_program(spec, inputs)
+        return _load_program(spec, inputs, trust_pickle)
     if ":" not in spec:
         raise UsageError(f"bad MODEL {spec!r}: expected file.py:callable, package.module:callable, model.pt2 or hf:<dir>")
     where, _, attr = spec.rpartition(":")
@@ -263,16 +265,13 @@ def _flat_io_class():
     return FlatIO
 
 
-def _load_program(spec: str, inputs: list[InputSpec]) -> LoadedModel:
-    import torch
+def _load_program(spec: str, inputs: list[InputSpec], trust_pickle: bool = False) -> LoadedModel:
+    from edgeport.sources.pt2_archive import load_exported_program
 
     path = Path(spec)
     if not path.is_file():
         raise UsageError(f"exported program not found: {spec}")
-    try:
-        program = torch.export.load(path)  # torch.export's own format; weights are not unpickled
-    except Exception as exc:
-        raise UsageError(f"cannot load {spec} as an ExportedProgram: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    program = load_exported_program(path, trust_pickle)  # inspected first: nothing hidden in it runs
     if inputs:
         example = tuple(i.example() for i in inputs)
     elif program.example_inputs is not None:
