@@ -93,7 +93,11 @@ def plan(opts: ConvertOptions) -> Plan:
         raise UsageError(f"--dynamic {unknown_dims[0]!r} is not supported; supported: {', '.join(DYNAMIC_DIMS)}")
     check_threads_and_samples(opts)
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
-    check_output_dir(opts.out, opts.force)
+    from edgeport.pipeline.outdir import check_junit, check_output_dir, input_paths
+
+    check_output_dir(opts.out, opts.force, input_paths(opts.model, opts.data, opts.calibration_data, opts.config,
+                                                       opts.baseline, opts.decompositions))
+    check_junit(opts.junit)
     decompositions = {}
     if opts.decompositions:
         from edgeport.export.rewrites import load_decompositions
@@ -138,13 +142,6 @@ def finish_report(report: dict, baseline: dict | None) -> dict:
     return report
 
 
-def check_output_dir(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UsageError(f"--out {out} is not empty; pass --force to replace it")
-
-
 def convert(opts: ConvertOptions, progress: Progress | None = None) -> ConvertResult:
     progress = progress or (lambda _msg: None)
     the_plan = plan(opts)
@@ -155,7 +152,9 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> ConvertRe
     timings: dict[str, float] = {}
     with timed(timings, "load"):
         loaded = load_model(opts.model, input_specs, opts.hf_task, opts.seq_len, trust_pickle=opts.trust_pickle)
-    staging = Path(tempfile.mkdtemp(prefix=f".{opts.out.name}.", dir=_parent(opts.out)))
+    from edgeport.pipeline.outdir import publish, staging_dir
+
+    staging = staging_dir(opts.out)
     try:
         report = _convert_into(staging, loaded, opts, the_plan, progress, timings)
         publish(staging, opts.out)
@@ -163,19 +162,6 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> ConvertRe
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return ConvertResult(report, opts.out, 0 if report["passed"] else 1)
-
-
-def _parent(out: Path) -> Path:
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    return parent
-
-
-def publish(staging: Path, out: Path) -> None:
-    """Move the finished directory into place; the old one (checked empty or --force) goes only now."""
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(staging, out)
 
 
 def _convert_into(staging: Path, loaded, opts: ConvertOptions, the_plan: Plan, progress: Progress, timings: dict) -> dict:
@@ -582,6 +568,9 @@ def validate(opts: ConvertOptions, progress: Progress | None = None) -> ConvertR
     config, flags = load_config(opts.config), parse_budget_flags(opts.budgets)
     base = _read_baseline(opts.baseline, config)
     check_threads_and_samples(opts)
+    from edgeport.pipeline.outdir import check_junit
+
+    check_junit(opts.junit)
     progress("loading exported.pt2")
     loaded = load_model(str(program_path), trust_pickle=opts.trust_pickle)
     names = _manifest_input_names(directory)
