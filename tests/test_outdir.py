@@ -73,7 +73,7 @@ def test_force_replaces_our_own_output(tmp_path):
     result = run_cli("convert", f"{MODELS}:mlp", "--out", out, "--force", *FAST)
     assert result.returncode == 0, result.stderr
     assert not (out / "stale.txt").exists() and read_report(out)["passed"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]  # no staging or trash left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging, trash or lock file left
 
 
 def test_two_concurrent_converts_both_finish_and_leave_a_complete_directory(tmp_path):
@@ -87,7 +87,7 @@ def test_two_concurrent_converts_both_finish_and_leave_a_complete_directory(tmp_
     report = read_report(out)
     assert report["targets"][0]["status"] == "ok"
     assert (out / report["targets"][0]["artifact"]).is_file() and (out / "exported.pt2").is_file()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.") and p.name != ".out.lock"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_concurrent_publishes_never_collide(tmp_path):
@@ -118,7 +118,7 @@ def test_concurrent_publishes_never_collide(tmp_path):
     assert errors == []
     run_id = json.loads((out / "report.json").read_text())["run"]
     assert (out / "artifact.bin").read_bytes() == bytes([run_id]) * 1000
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert not (out / outdir.PID_FILE).exists()
 
 

@@ -7,8 +7,8 @@
 - :func:`staging_dir` makes the hidden ``.NAME.staging-XXXX`` directory a run writes into (beside ``--out``,
   on the same file system, with this process's pid), after removing stale ones of runs that died (SIGKILL,
   a reboot) — only directories of that pattern holding our pid file, of a pid that is gone.
-- :func:`publish` swaps the finished directory in under a lock (``.NAME.lock`` beside it): old -> trash,
-  staging -> out, then the trash is deleted. Two concurrent runs each end with a complete directory (the
+- :func:`publish` swaps the finished directory in under a lock (an flock on the parent directory, so no
+  lock file is left beside the user's output): old -> trash, staging -> out, then the trash is deleted. Two concurrent runs each end with a complete directory (the
   last one wins); nobody ever renames onto a non-empty directory.
 """
 
@@ -129,15 +129,17 @@ def _package_dir(module: str) -> str | None:
     return locations[0] if locations else found.origin
 
 
-def staging_dir(out: Path) -> Path:
-    """A new hidden directory beside ``out`` for this run (marked as edgeport's, holding our pid)."""
+def staging_dir(out: Path, mark: bool = True) -> Path:
+    """A new hidden directory beside ``out`` for this run, holding our pid (and with ``mark``, the marker
+    that lets a later --force replace it)."""
     parent = Path(out).resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     clean_stale(parent, Path(out).name)
     staging = Path(tempfile.mkdtemp(prefix=f".{Path(out).name}.staging-", dir=parent))
     os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 would become the output's mode
     _claim(staging)
-    (staging / MARKER).write_text(REPORT_SCHEMA + "\n")
+    if mark:
+        (staging / MARKER).write_text(REPORT_SCHEMA + "\n")
     return staging
 
 
@@ -157,15 +159,17 @@ def clean_stale(parent: Path, name: str) -> list[Path]:
     return removed
 
 
-def publish(staging: Path, out: Path) -> None:
-    """Swap the finished ``staging`` in as ``out`` under the lock; see the module docstring."""
+def publish(staging: Path, out: Path, only_ours: bool = True) -> None:
+    """Swap the finished ``staging`` in as ``out`` under the lock; see the module docstring. ``only_ours``:
+    refuse to replace a non-empty directory without edgeport's marker (a sample app's asset folder, named
+    for edgeport, is replaced regardless)."""
     dest = staging.parent / Path(out).name
     trash = None
-    with _locked(staging.parent / f".{dest.name}.lock"):
+    with _locked(staging.parent):
         if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
             raise UsageError(f"--out {out} was replaced by a symlink or a file during the run; left it as it is")
         if dest.exists():
-            if any(dest.iterdir()) and not is_ours(dest):
+            if only_ours and any(dest.iterdir()) and not is_ours(dest):
                 raise UsageError(f"--out {out} was filled by something other than edgeport during the run; left it as it is")
             trash = Path(tempfile.mkdtemp(prefix=f".{dest.name}.trash-", dir=staging.parent))
             _claim(trash)
@@ -182,16 +186,27 @@ def publish(staging: Path, out: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive flock on ``path`` (kept beside the output: removing a lock file races with its users)."""
+def _locked(directory: Path):
+    """An exclusive flock on ``directory`` itself: nothing is left beside the user's files (a lock file
+    cannot be removed safely while others may wait on it). Where a directory cannot be flocked (some
+    network file systems), a ``.edgeport.lock`` file in it is locked instead."""
     import fcntl
 
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        fd = os.open(directory / ".edgeport.lock", os.O_WRONLY | os.O_CREAT, 0o644)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+    try:
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _umask() -> int:
