@@ -1,11 +1,17 @@
 """``edgeport bundle``: copy what a sample app reads (manifest.json, the models, the parity samples) from an
-output directory into the app's assets, keeping the manifest's relative paths valid there."""
+output directory into the app's assets, keeping the manifest's relative paths valid there.
+
+manifest.json and the parity sample indexes are input files like any other: every path they name must stay
+inside the output directory (no absolute path, no ``..``, no symlink leading out), or nothing is copied.
+The new asset folder is built beside the old one and swapped in by rename, so a failure leaves the app as
+it was. Every error is one line (UsageError, exit 2).
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from edgeport.errors import UsageError
 
@@ -16,29 +22,84 @@ ASSET_DIRS = {
 }
 
 
+def inside(root: Path, text, what: str) -> Path:
+    """``text`` as a path relative to ``root`` that stays inside it once resolved (symlinks included);
+    anything else is a UsageError naming ``what``."""
+    if not isinstance(text, str) or not text:
+        raise UsageError(f"{what} {text!r} is not a relative path")
+    rel = PurePosixPath(text.replace("\\", "/"))
+    if rel.is_absolute() or Path(text).is_absolute() or ".." in rel.parts or ":" in "".join(rel.parts[:1]):
+        raise UsageError(f"{what} {text!r} is absolute or leaves {root} ('..'); refusing to bundle")
+    resolved = (root / rel).resolve()
+    if resolved != root.resolve() and root.resolve() not in resolved.parents:
+        raise UsageError(f"{what} {text!r} leads outside {root} (a symlink); refusing to bundle")
+    return Path(rel)
+
+
+def _json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} {path} is not a JSON object")
+    return data
+
+
 def files_to_bundle(out_dir: Path) -> list[Path]:
     """Paths relative to out_dir: manifest.json, each artifact that exists, each parity sample's files."""
     manifest_path = out_dir / "manifest.json"
     if not manifest_path.is_file():
         raise UsageError(f"{out_dir} has no manifest.json; give an edgeport convert --out directory")
-    manifest = json.loads(manifest_path.read_text())
+    inside(out_dir, "manifest.json", "manifest.json")
+    artifacts = _json(manifest_path, "manifest").get("artifacts")
+    if not isinstance(artifacts, list) or not all(isinstance(a, dict) for a in artifacts):
+        raise UsageError(f"{manifest_path} has no list of artifacts")
     files = [Path("manifest.json")]
-    files += [Path(a["path"]) for a in manifest["artifacts"] if (out_dir / a["path"]).is_file()]
-    for index in dict.fromkeys(a["parity_sample"] for a in manifest["artifacts"] if a.get("parity_sample")):
-        entries = json.loads((out_dir / index).read_text())
-        files += [Path(index)] + [Path(index).parent / e["file"] for e in entries["inputs"] + entries["outputs"]]
+    files += [rel for rel in (inside(out_dir, a.get("path"), "artifact path") for a in artifacts) if (out_dir / rel).is_file()]
+    for index_text in dict.fromkeys(a["parity_sample"] for a in artifacts if a.get("parity_sample")):
+        index = inside(out_dir, index_text, "parity_sample")
+        entries = _json(out_dir / index, "parity sample index")
+        tensors = [e for key in ("inputs", "outputs") for e in entries.get(key) or []]
+        if not all(isinstance(e, dict) for e in tensors):
+            raise UsageError(f"{out_dir / index} lists something other than tensors")
+        files.append(index)
+        for entry in tensors:
+            rel = inside(out_dir, (PurePosixPath(index_text).parent / str(entry.get("file"))).as_posix(), "parity sample file")
+            if not (out_dir / rel).is_file():
+                raise UsageError(f"{out_dir / index} names {entry.get('file')!r}, which {out_dir} does not have")
+            files.append(rel)
     return list(dict.fromkeys(files))
+
+
+def asset_dir(app_dir: Path, platform: str) -> Path:
+    """The app's edgeport asset folder; it (and the folders above it) must stay inside the app directory."""
+    if not app_dir.is_dir():
+        raise UsageError(f"app directory {app_dir} does not exist")
+    assets = app_dir / ASSET_DIRS[platform]
+    if assets.is_symlink():
+        raise UsageError(f"{assets} is a symlink; refusing to replace it")
+    inside(app_dir, ASSET_DIRS[platform].as_posix(), "asset folder")
+    return assets
 
 
 def bundle(out_dir: Path, app_dir: Path, platform: str) -> Path:
     """Replace the app's bundled edgeport assets with out_dir's; returns the asset folder."""
-    if not app_dir.is_dir():
-        raise UsageError(f"app directory {app_dir} does not exist")
+    from edgeport.pipeline.outdir import publish, staging_dir
+
+    assets = asset_dir(app_dir, platform)
     files = files_to_bundle(out_dir)
-    assets = app_dir / ASSET_DIRS[platform]
-    if assets.exists():
-        shutil.rmtree(assets)
-    for rel in files:
-        (assets / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(out_dir / rel, assets / rel)
+    try:
+        staging = staging_dir(assets, mark=False)
+    except OSError as exc:
+        raise UsageError(f"cannot write into {assets.parent}: {exc}") from None
+    try:
+        for rel in files:
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(out_dir / rel, staging / rel)
+        publish(staging, assets, only_ours=False)
+    except OSError as exc:
+        raise UsageError(f"bundling into {assets} failed, the app is unchanged: {exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already when published
     return assets

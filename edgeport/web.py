@@ -3,12 +3,20 @@
 One stdlib HTTP server: ``/`` is the sample page and its locally installed npm packages (LiteRT.js and its
 wasm; no CDN), ``/out/`` is the output directory (manifest.json, the .tflite files, the parity sample).
 It sends COOP/COEP headers because LiteRT.js's threaded wasm needs a cross-origin isolated page.
+
+It serves regular files under those two roots and nothing else: a path that resolves outside its root (a
+symlink in the output directory) or to a directory is 404 (no listings), and a request whose Host is not
+this server's own address (127.0.0.1 / localhost and its port) is refused, so another site cannot read
+the output through DNS rebinding.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import stat
 import threading
+import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -27,12 +35,57 @@ class _Handler(SimpleHTTPRequestHandler):
         super().__init__(*args, directory=str(web_root), **kwargs)
 
     def translate_path(self, path: str) -> str:
-        # the base class strips "..", so neither root can be escaped
+        # the base class drops "..", so the path stays under its root by name; _regular_file checks symlinks
         if path.startswith(OUT_PREFIX):
             self.directory, path = str(self.out_dir), path[len(OUT_PREFIX) - 1:]
         else:
             self.directory = str(self.web_root)
         return super().translate_path(path)
+
+    def send_head(self):
+        """The base class's, narrowed: only a regular file inside its root, only for our own Host."""
+        problem = self._host_problem()
+        if problem:
+            self.send_error(*problem)
+            return None
+        path = self._regular_file()
+        try:
+            f = open(path, "rb") if path else None
+        except OSError:
+            f = None
+        if f is None:
+            self.send_error(404, "File not found")
+            return None
+        try:
+            size = os.fstat(f.fileno()).st_size
+            self.send_response(200)
+            self.send_header("Content-type", self.guess_type(path))
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            return f
+        except BaseException:
+            f.close()
+            raise
+
+    def _host_problem(self) -> tuple[int, str] | None:
+        host = (self.headers.get("Host") or "").strip().lower()
+        if not host:
+            return 400, "Host header required"
+        bound, port = self.server.server_address[:2]
+        if host not in {f"{name}:{port}" for name in ("127.0.0.1", "localhost", str(bound))}:
+            return 421, "Misdirected Request: this server answers only to its own address"
+        return None
+
+    def _regular_file(self) -> str | None:
+        """The real path of the requested file if it is a regular file inside its root (``/`` is the page)."""
+        url_path = urllib.parse.urlsplit(self.path).path
+        fs_path = self.translate_path("/index.html" if url_path == "/" else url_path)
+        root, real = os.path.realpath(self.directory), os.path.realpath(fs_path)
+        try:
+            regular = stat.S_ISREG(os.stat(real).st_mode)
+        except OSError:
+            return None
+        return real if regular and os.path.commonpath([root, real]) == root else None
 
     def end_headers(self) -> None:
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")

@@ -5,6 +5,7 @@ Needs Debian's chromium and samples/web/node_modules (scripts/web-deps.sh instal
 .ci/run call it). If they are missing the tests FAIL, they do not skip.
 """
 
+import http.client
 import json
 import shutil
 import subprocess
@@ -119,6 +120,83 @@ def test_serve_web_cli_prints_url_and_sends_isolation_headers(converted):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_page_shows_model_provided_names_as_text(converted, tmp_path):
+    """Output names come from the model (dict keys, signature names) through manifest.json: one holding
+    markup must show as text in the page, never become elements (the table is built from text nodes)."""
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    out = tmp_path / "out"
+    shutil.copytree(converted["mlp"], out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    artifact = manifest["artifacts"][0]
+    markup = '<img src=x onerror="document.title=\'PWNED\'"><b>bold</b>'
+    model = flatbuffer_utils.read_model(str(out / artifact["path"]))
+    renamed = [o for sig in model.signatureDefs for o in sig.outputs if o.name.decode() == artifact["outputs"][0]["name"]]
+    assert renamed, "the manifest's output name is the .tflite signature key"
+    for output in renamed:
+        output.name = markup.encode()
+    flatbuffer_utils.write_model(model, str(out / artifact["path"]))
+    artifact["outputs"][0]["name"] = markup
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = run_page(out, SCREENSHOTS / "web-markup-name.png")
+    assert "error" not in result, result
+    assert result["outputs"][0]["name"] == markup
+    assert result["table"]["elements"] == [] and markup in result["table"]["text"], result["table"]
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A server over a crafted output directory and web root (no conversion): a file, a subdirectory, a
+    symlink to a file outside the output directory and one to a file inside it."""
+    from edgeport.web import make_server, serve_in_thread
+
+    web = tmp_path / "web"
+    (web / "node_modules" / "@litertjs" / "core").mkdir(parents=True)
+    (web / "index.html").write_text("<p>page</p>")
+    out = tmp_path / "out"
+    (out / "litert").mkdir(parents=True)
+    (out / "manifest.json").write_text('{"schema": "edgeport.manifest/1"}')
+    (tmp_path / "secret.txt").write_text("outside the output directory")
+    (out / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    (out / "alias.json").symlink_to(out / "manifest.json")
+    server = make_server(out, web_root=web)
+    serve_in_thread(server)
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _get(port: int, path: str, host: str | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        conn.putheader("Host", host if host is not None else f"127.0.0.1:{port}")
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_serve_web_serves_only_regular_files_inside_its_roots(served):
+    port = served
+    assert _get(port, "/out/manifest.json")[0] == 200 and _get(port, "/")[1] == b"<p>page</p>"
+    assert _get(port, "/out/alias.json")[0] == 200  # a symlink that stays inside is fine
+    status, body = _get(port, "/out/leak.txt")
+    assert status == 404 and b"outside" not in body
+    for directory in ("/out/", "/out/litert/", "/out", "/node_modules/"):
+        status, body = _get(port, directory)
+        assert status == 404 and b"manifest.json" not in body and b"Directory listing" not in body, directory
+
+
+def test_serve_web_refuses_a_foreign_host(served):
+    port = served
+    assert _get(port, "/out/manifest.json", f"localhost:{port}")[0] == 200
+    for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", ""):
+        status, body = _get(port, "/out/manifest.json", host)
+        assert status in (400, 421) and b"edgeport.manifest" not in body, host
 
 
 def test_serve_web_rejects_a_directory_without_manifest(tmp_path):

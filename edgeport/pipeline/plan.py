@@ -33,7 +33,7 @@ class Plan:
 
 def plan(opts: ConvertOptions) -> Plan:
     from edgeport.config import load_config, parse_budget_flags
-    from edgeport.pipeline.outdir import check_output_dir
+    from edgeport.pipeline.outdir import check_junit, check_output_dir, input_paths
 
     targets = requested_targets(opts.targets)
     check_variants(opts.quantize, targets)
@@ -42,7 +42,10 @@ def plan(opts: ConvertOptions) -> Plan:
     check_dynamic(opts.source.dynamic)
     check_judge(opts.judge)
     rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
-    check_output_dir(opts.output.out, opts.output.force, input_paths(opts))
+    check_output_dir(opts.output.out, opts.output.force,
+                     input_paths(opts.source.model, opts.judge.data, opts.calibration_data, opts.judge.config,
+                                 opts.judge.baseline, opts.source.decompositions))
+    check_junit(opts.output.junit)
     config = load_config(opts.judge.config)
     return Plan(rows, config, parse_budget_flags(opts.judge.budgets), read_baseline(opts.judge.baseline, config),
                 load_user_decompositions(opts.source.decompositions))
@@ -80,19 +83,6 @@ def check_judge(judge: JudgeOptions) -> None:
     from edgeport.validate.data import check_sample_count
 
     check_sample_count(judge.samples)
-
-
-def input_paths(opts: ConvertOptions) -> list[Path]:
-    """Files the run reads: ``--force`` must never replace a directory that holds one of them."""
-    texts = [opts.source.model.removeprefix("hf:"), opts.judge.data, opts.calibration_data,
-             opts.source.decompositions, opts.judge.config]
-    return [Path(file_part(str(t))) for t in texts if t]
-
-
-def file_part(text: str) -> str:
-    """``model.py:build`` -> ``model.py``; anything else unchanged."""
-    where, sep, _ = text.rpartition(":")
-    return where if sep and where.endswith(".py") else text
 
 
 def fixed_threads(threads: int | str) -> int:

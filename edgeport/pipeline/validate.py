@@ -24,12 +24,14 @@ class Context:
 def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, trust_pickle: bool = False,
              progress: Progress | None = None) -> Result:
     from edgeport.config import load_config, parse_budget_flags
+    from edgeport.pipeline.outdir import check_junit
     from edgeport.pipeline.plan import check_judge, read_baseline
 
     progress = progress or (lambda _msg: None)
     directory = Path(directory)
     old = check_directory(directory)
     check_judge(judge)
+    check_junit(junit)
     config = load_config(judge.config)
     flags, baseline = parse_budget_flags(judge.budgets), read_baseline(judge.baseline, config)
     with redirected(directory / RUN_LOG):

@@ -135,8 +135,9 @@ def _engine_call(engine: str, artifact: Path, device: str):
     import torch
 
     from edgeport.runtimes.torch_eager import flatten_outputs, to_numpy
+    from edgeport.sources.pt2_archive import load_exported_program
 
-    module = torch.export.load(artifact).module().to(device)
+    module = load_exported_program(artifact).module().to(device)  # inspected, never unpickled, like every .pt2
     compiled = torch.compile(module, backend="eager" if device == "cpu" else "tpu")
 
     def call(inputs):

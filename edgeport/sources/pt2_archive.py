@@ -27,7 +27,6 @@ import re
 import zipfile
 from pathlib import Path
 
-from edgeport.diagnostics import first_line
 from edgeport.errors import UsageError
 
 # torch.export.save stores entries uncompressed, so a real archive declares about its own size. A zip bomb
@@ -55,7 +54,8 @@ def load_exported_program(path: Path, trust_pickle: bool = False):
     except _Refused as exc:
         raise UsageError(f"{path}: {exc}, which can run code; refusing to load it ({TRUST_HINT})") from None
     except Exception as exc:
-        raise UsageError(f"cannot load {path} as an ExportedProgram: {first_line(exc)}") from exc
+        text = str(exc).strip().splitlines()
+        raise UsageError(f"cannot load {path} as an ExportedProgram: {type(exc).__name__}: {text[0] if text else ''}") from exc
 
 
 def inspect_pt2(path: Path, trust_pickle: bool = False) -> None:

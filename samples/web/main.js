@@ -111,15 +111,29 @@ async function main() {
   };
 }
 
+function addRow(table, tag, texts) {
+  const row = table.insertRow();
+  for (const text of texts) {
+    const cell = document.createElement(tag);
+    cell.textContent = text;
+    row.appendChild(cell);
+  }
+}
+
 function show(result) {
   const verdict = $('verdict');
   verdict.textContent = result.passed === null ? `max rel err ${result.maxRelErr.toExponential(2)}`
     : `${result.passed ? 'PASS' : 'FAIL'}: max rel err ${result.maxRelErr.toExponential(2)} (budget ${result.budget})`;
   verdict.className = result.passed === false ? 'fail' : 'pass';
-  const head = '<tr><th>output</th><th>shape</th><th>first values</th><th>max abs err</th><th>max rel err</th><th>cosine</th></tr>';
-  $('outputs').innerHTML = head + result.outputs.map((r) => `<tr><td>${r.name}</td><td>${r.shape.join('×')}</td>` +
-    `<td>${r.values.slice(0, 4).map((v) => v.toPrecision(5)).join(', ')}${r.values.length > 4 ? ', …' : ''}</td>` +
-    `<td>${r.maxAbsErr.toExponential(2)}</td><td>${r.maxRelErr.toExponential(2)}</td><td>${r.cosine.toFixed(6)}</td></tr>`).join('');
+  // Output names come from the model (and manifest.json): text nodes only, never parsed as HTML.
+  const table = $('outputs');
+  table.replaceChildren();
+  addRow(table, 'th', ['output', 'shape', 'first values', 'max abs err', 'max rel err', 'cosine']);
+  for (const r of result.outputs) {
+    addRow(table, 'td', [String(r.name), r.shape.join('×'),
+      r.values.slice(0, 4).map((v) => v.toPrecision(5)).join(', ') + (r.values.length > 4 ? ', …' : ''),
+      r.maxAbsErr.toExponential(2), r.maxRelErr.toExponential(2), r.cosine.toFixed(6)]);
+  }
   $('status').textContent = `LiteRT.js wasm CPU · load+compile ${result.loadMs.toFixed(1)} ms · ` +
     `run median ${result.medianMs.toFixed(3)} ms over ${result.runs} runs`;
 }

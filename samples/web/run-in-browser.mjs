@@ -22,7 +22,13 @@ try {
   await page.waitForSelector('body[data-state]', {timeout: 120_000});
   await page.screenshot({path: screenshot, fullPage: true});
   const result = await page.evaluate(() => window.edgeportResult);
-  process.stdout.write(JSON.stringify({...result, crossOriginIsolated: await page.evaluate(() => crossOriginIsolated), log}));
+  // What the outputs table shows, and any element in it other than the table's own (markup from a name).
+  const table = await page.evaluate(() => {
+    const t = document.getElementById('outputs');
+    const own = new Set(['tbody', 'tr', 'th', 'td']);
+    return {text: t.innerText, elements: [...t.querySelectorAll('*')].map((e) => e.localName).filter((n) => !own.has(n))};
+  });
+  process.stdout.write(JSON.stringify({...result, crossOriginIsolated: await page.evaluate(() => crossOriginIsolated), table, log}));
 } catch (error) {
   process.stdout.write(JSON.stringify({error: String(error), log}));
   process.exitCode = 1;
