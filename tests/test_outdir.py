@@ -204,7 +204,7 @@ def test_input_paths_finds_files_and_packages_without_importing(tmp_path, monkey
 def test_read_only_parent_is_refused_before_any_work(tmp_path, monkeypatch):
     """Root ignores permission bits, so the access check is made to see a read-only parent: the refusal
     must come from check_output_dir in plan(), before the model is loaded."""
-    from edgeport import api, model_source
+    from edgeport import api, sources
 
     parent = tmp_path / "ro"
     parent.mkdir()
@@ -214,8 +214,8 @@ def test_read_only_parent_is_refused_before_any_work(tmp_path, monkeypatch):
     def no_load(*_args, **_kwargs):
         raise AssertionError("the model was loaded before the output directory was checked")
 
-    monkeypatch.setattr(model_source, "load_model", no_load)
-    opts = api.ConvertOptions(model=f"{MODELS}:mlp", out=parent / "sub" / "out", targets=["onnx"], latency=False, samples=2)
+    monkeypatch.setattr(sources, "load_model", no_load)
+    opts = api.convert_options(model=f"{MODELS}:mlp", out=parent / "sub" / "out", targets=["onnx"], latency=False, samples=2)
     with pytest.raises(UsageError, match=r"is not a writable directory"):
         api.convert(opts)
     assert list(parent.iterdir()) == []

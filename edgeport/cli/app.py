@@ -61,16 +61,18 @@ def parse_threads(text: str) -> int | str:
 
 
 def with_progress(work):
-    """Run ``work(progress)`` under a Rich status line on the terminal's stderr (conversions redirect fd 2
-    into the run's log); usage errors become one line + exit 2, our own bugs one line + exit 1."""
+    """Run ``work(progress)`` under a Rich status line on the terminal's stderr (conversions redirect fds 1
+    and 2 into the run's log, so both consoles hold their own copy of the terminal); usage errors become one
+    line + exit 2, our own bugs one line + exit 1."""
     from rich.console import Console
 
     from edgeport.pipeline.proc import terminal_stream
 
     console = Console(file=terminal_stream(2), stderr=True)
+    steps = Console(file=terminal_stream(1), highlight=False)
     try:
         with console.status("starting") as status:
-            return work(lambda message: show_step(console, status, message))
+            return work(lambda message: show_step(console, steps, status, message))
     except UsageError as exc:
         fail_usage(str(exc))
     except Exception as exc:  # a bug of ours, not bad input: one line unless asked for the traceback
@@ -82,11 +84,12 @@ def with_progress(work):
         raise typer.Exit(1)
 
 
-def show_step(console, status, message: str) -> None:
-    """On a terminal the status line changes; in a CI log (no terminal, no spinner) each step is a line."""
+def show_step(console, steps, status, message: str) -> None:
+    """On a terminal the status line changes; in a CI log (no terminal, no spinner) each step is a line on
+    stdout, beside the summary it leads to (stderr stays for errors)."""
     status.update(f"[bold]{escape(message)}")
     if not console.is_terminal:
-        console.print(f"edgeport: {escape(message)}", highlight=False)
+        steps.print(f"edgeport: {escape(message)}")
 
 
 def escape(text: str) -> str:
