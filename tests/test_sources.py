@@ -3,11 +3,14 @@ dataclass configs, pickling and copying of their classes, sibling imports (at im
 with relative imports, `__main__` guards, `from __future__` annotations, odd outputs; and a .pt2 saved
 from such a model loads again."""
 
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from conftest import read_report, run_cli
+from conftest import REPO, read_report, run_cli
 
 DATACLASS_MODEL = '''
 from __future__ import annotations
@@ -163,3 +166,38 @@ def test_input_flags_reach_a_keyword_only_forward_by_name(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     manifest = __import__("json").loads((out / "manifest.json").read_text())
     assert [i["name"] for i in manifest["inputs"]] == ["ids", "feats"]   # the forward's own order
+
+
+def write_remote_code_repo(root):
+    """A save_pretrained-like directory whose config asks for the repository's own code (auto_map)."""
+    root.mkdir()
+    marker = root / "RAN"
+    (root / "config.json").write_text(__import__("json").dumps({
+        "model_type": "evil", "architectures": ["EvilModel"],
+        "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"}}))
+    (root / "evil.py").write_text(textwrap.dedent(f'''
+        import pathlib
+        pathlib.Path({str(marker)!r}).write_text("the repository's code ran")
+        from transformers import PretrainedConfig, PreTrainedModel
+
+        class EvilConfig(PretrainedConfig):
+            model_type = "evil"
+
+        class EvilModel(PreTrainedModel):
+            config_class = EvilConfig
+    '''))
+    return marker
+
+
+def test_hf_repository_code_runs_only_with_trust_remote_code(tmp_path):
+    marker = write_remote_code_repo(tmp_path / "repo")
+    env = {"HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run([sys.executable, "-m", "edgeport", "convert", f"hf:{tmp_path / 'repo'}", "-t", "onnx",
+                             "--out", str(tmp_path / "out")], input="y\ny\n", capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), **env})
+    assert result.returncode == 2 and "--trust-remote-code" in result.stderr, result.stderr
+    assert not marker.exists(), "the repository's code ran without --trust-remote-code"
+    trusted = subprocess.run([sys.executable, "-m", "edgeport", "convert", f"hf:{tmp_path / 'repo'}", "-t", "onnx",
+                              "--trust-remote-code", "--out", str(tmp_path / "out2")], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), **env})
+    assert marker.exists(), trusted.stderr   # the flag is what allows it (the model itself is not convertible)

@@ -34,7 +34,25 @@ def load_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline {path}: unknown report schema {schema!r} (this edgeport reads {', '.join(KNOWN_SCHEMAS)})")
     if not isinstance(data.get("targets"), list):
         raise UsageError(f"--baseline {path}: no 'targets' list")
+    for index, row in enumerate(data["targets"]):
+        problem = row_problem(row)
+        if problem:
+            raise UsageError(f"--baseline {path}: row {index} {problem}")
+    if not isinstance(data.get("model"), dict):
+        raise UsageError(f"--baseline {path}: no 'model' object")
     return data
+
+
+def row_problem(row) -> str | None:
+    """What makes a report row unreadable: rows are matched by target and variant and judged by status."""
+    if not isinstance(row, dict):
+        return "is not an object"
+    for key in ("target", "variant"):
+        if not isinstance(row.get(key), str):
+            return f"has no {key!r}"
+    if row.get("status") not in ("ok", "failed", "skipped"):
+        return f"has status {row.get('status')!r} (expected ok, failed or skipped)"
+    return None
 
 
 def _number(value) -> float | None:
