@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path, PurePosixPath
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, json_object
 
 # platform -> the app's asset folder (relative to the app directory) that the sample app reads from
 ASSET_DIRS = {
@@ -38,12 +38,10 @@ def inside(root: Path, text, what: str) -> Path:
 
 def _json(path: Path, what: str) -> dict:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{what} {path} is not a JSON object")
-    return data
+    return json_object(raw, f"cannot read {what} {path}: it")
 
 
 def files_to_bundle(out_dir: Path) -> list[Path]:

@@ -27,7 +27,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, json_object
 
 # torch.export.save stores entries uncompressed, so a real archive declares about its own size. A zip bomb
 # declares far more: refuse above this many declared bytes per byte on disk (plus some slack for small files).
@@ -113,13 +113,7 @@ class _Reader:
         return self.archive.read(self.records[name])
 
     def json(self, name: str) -> dict:
-        try:
-            data = json.loads(self.read(name))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{self.path}: {name} is not valid JSON ({exc}); not a torch.export archive") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"{self.path}: {name} is not a JSON object; not a torch.export archive")
-        return data
+        return json_object(self.read(name), f"{self.path}: {name} (not a torch.export archive)")
 
 
 def _unsafe_entries(reader: _Reader) -> list[str]:
