@@ -1,6 +1,13 @@
 # The two commands a newcomer runs: `make demo` and `make test`. Both set up the pinned virtualenv first.
+# PYTHON picks the interpreter (3.11, 3.12 or 3.13), each with its own venv: `make demo PYTHON=python3.12`.
+# OUT is where the demo writes.
 SHELL := /bin/bash
-VENV := $(shell scripts/venv.sh)
+PYTHON ?= python3.11
+OUT ?= dist/demo
+VENV := $(shell scripts/venv.sh $(PYTHON))
+ifeq ($(VENV),)
+$(error scripts/venv.sh $(PYTHON) failed (its output is above))
+endif
 PY := $(VENV)/bin/python
 
 .PHONY: demo test bench venv
@@ -9,7 +16,7 @@ venv:
 
 demo:
 	$(PY) -m edgeport convert samples/models/tiny_cnn.py:build --target litert --target tpu --target onnx \
-		--quantize fp16 --quantize int8 --quantize bf16 --out dist/demo --force
+		--quantize fp16 --quantize int8 --quantize bf16 --out $(OUT) --force
 
 test:
 	bash scripts/web-deps.sh
