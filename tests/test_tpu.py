@@ -52,7 +52,7 @@ def test_converts_round_trips_and_compiles_for_two_generations(tmp_path, name):
         assert all((folder / p).stat().st_size > 1000 for p in meta["executables"].values())
     assert compiles["v5e:1x1"]["est_seconds"] != compiles["v6e:2x2"]["est_seconds"] or name == "two_io"
     markdown = (out / "report.md").read_text()
-    assert "latencies are ESTIMATES" in markdown and "| tpu | bf16 | v6e:2x2 | yes |" in markdown
+    assert "latencies are ESTIMATES" in markdown and "| bf16 | v6e:2x2 | yes |" in markdown
     assert "id='tpu_compile'" in (out / "report.html").read_text()
     _assert_loader_round_trip(out / "tpu" / "fp32", name)
 
@@ -123,16 +123,17 @@ def test_out_of_hbm_fails_only_that_topology(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from edgeport.export import tpu
+    from edgeport.export import tpu, tpu_aot
     from edgeport.runtimes.jax_xla import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
     libtpu_compile_env()
     aval = jax.ShapeDtypeStruct((50000,), jnp.float32)
     lowered = tpu.Lowered(lambda w, x: (jnp.sort(x[:, None] * x[None, :], axis=0).sum(0),), {}, [aval], [aval], {})
-    small, large = (tpu.compile_for_topology(tpu.parse_topology(t), lowered, tmp_path) for t in ("v5e:1x1", "v6e:1x1"))
+    small, large = (tpu_aot.compile_for_topology(tpu_aot.parse_topology(t), lowered, tmp_path)
+                    for t in ("v5e:1x1", "v6e:1x1"))
     assert not small["ok"] and "HBM" in small["error"] and "peak_bytes" not in small
-    assert large["ok"] and large["fits_hbm"] and large["peak_bytes"] > tpu.GENERATIONS["v5e"].hbm_bytes
+    assert large["ok"] and large["fits_hbm"] and large["peak_bytes"] > tpu_aot.GENERATIONS["v5e"].hbm_bytes
 
 
 @pytest.mark.parametrize("topology", ["v9:2x2", "v5e:2x2x1", "v5e", "v5p:2x2", "v6e:0x1", "tpu"])
