@@ -109,7 +109,7 @@ def test_force_replaces_output(tmp_path):
 def test_budget_flag_can_fail_parity(tmp_path):
     out = tmp_path / "out"
     result = run_cli("convert", f"{MODELS}:cnn", "-q", "dynamic-int8", "--budget", "dynamic-int8.cosine_min=0.9999999",
-                     "--out", out, "--no-latency", "--junit", "junit.xml")
+                     "--out", out, "--no-latency", "--no-localize", "--junit", "junit.xml")
     assert result.returncode == 1
     report = read_report(out)
     rows = {r["variant"]: r for r in report["targets"]}
@@ -121,7 +121,7 @@ def test_budget_flag_can_fail_parity(tmp_path):
 def test_config_file_budgets(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.edgeport.budgets."litert.fp32"]\nmax_abs_err = 0.0\n')
     out = tmp_path / "out"
-    result = run_cli("convert", f"{MODELS}:transformer", "--out", out, "--no-latency", cwd=tmp_path)
+    result = run_cli("convert", f"{MODELS}:transformer", "--out", out, "--no-latency", "--no-localize", cwd=tmp_path)
     row = read_report(out)["targets"][0]
     assert row["parity"]["budget"]["max_abs_err"] == 0.0
     assert result.returncode == (0 if row["parity"]["max_abs_err"] == 0.0 else 1)

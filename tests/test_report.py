@@ -188,7 +188,7 @@ def test_convert_with_baseline_and_optional_target(tmp_path):
     (tmp_path / "edgeport.toml").write_text('optional = ["onnx.dynamic-int8"]\n[budgets."onnx.dynamic-int8"]\nmax_abs_err = -1\n')
     first = tmp_path / "first"
     result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "-q", "dynamic-int8", "--out", first, "--no-latency",
-                     "--junit", "junit.xml", cwd=tmp_path)
+                     "--no-localize", "--samples", "3", "--junit", "junit.xml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     report = read_report(first)
     assert report["passed"] and [r["required"] for r in report["targets"]] == [True, False]
@@ -198,7 +198,7 @@ def test_convert_with_baseline_and_optional_target(tmp_path):
     old["targets"][0]["size_bytes"] //= 2
     (tmp_path / "old.json").write_text(json.dumps(old))
     second = tmp_path / "second"
-    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", second, "--no-latency",
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", second, "--no-latency", "--samples", "3",
                      "--baseline", tmp_path / "old.json", cwd=tmp_path)
     assert result.returncode == 1
     assert "bigger" in read_report(second)["targets"][0]["regressions"][0]
