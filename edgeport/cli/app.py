@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -82,6 +83,24 @@ def with_progress(work):
 
         typer.echo(f"edgeport: internal error: {first_line(exc)} (EDGEPORT_DEBUG=1 shows the traceback)", err=True)
         raise typer.Exit(1)
+
+
+def native_output_to(log: Path) -> None:
+    """From now on, what native code writes to fds 1/2 goes to the run's log, while edgeport's own lines
+    (sys.stdout/sys.stderr) keep the terminal. Runtimes print from destructors at interpreter exit (LiteRT's
+    CompiledModel: "DestroyAccelerator"), after edgeport's last line; this keeps that out of the CI log."""
+    import sys
+
+    if not log.parent.is_dir():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.stdout = os.fdopen(os.dup(1), "w", buffering=1)
+    sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)
+    target = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
 
 
 def show_step(console, steps, status, message: str) -> None:

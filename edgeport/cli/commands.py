@@ -10,9 +10,10 @@ import typer
 
 from edgeport.cli.app import (BASELINE_OPTION, BUDGET_OPTION, CONFIG_OPTION, DATA_OPTION, MODEL_ARGUMENT,
                               NO_LATENCY_OPTION, SAMPLES_OPTION, SEED_OPTION, SEQ_LEN_OPTION, THREADS_OPTION,
-                              TRUST_PICKLE_OPTION, TRUST_REMOTE_CODE_OPTION, app, parse_threads, with_progress,
-                              with_target_options)
+                              TRUST_PICKLE_OPTION, TRUST_REMOTE_CODE_OPTION, app, native_output_to, parse_threads,
+                              with_progress, with_target_options)
 from edgeport.cli.summary import print_findings, print_summary
+from edgeport.pipeline.run import RUN_LOG
 from edgeport.export.registry import DEFAULT_TARGET
 
 
@@ -54,6 +55,7 @@ def convert(
         budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
         calibration_data=calibration_data, target_options=target_options)
     result = with_progress(lambda progress: api.convert(opts, progress))
+    native_output_to(result.out / RUN_LOG)
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
 
@@ -78,6 +80,7 @@ def validate(
     judge = api.JudgeOptions(threads=parse_threads(threads), samples=samples, seed=seed, data=data,
                              latency=not no_latency, config=config, budgets=tuple(budget), baseline=baseline)
     result = with_progress(lambda progress: api.validate(directory, judge, junit, trust_pickle, progress))
+    native_output_to(result.out / RUN_LOG)
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
 
@@ -94,6 +97,7 @@ def report(
     from edgeport import api
 
     result = with_progress(lambda _progress: api.render(directory, list(format), baseline, config, output))
+    native_output_to(result.out / RUN_LOG)
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
 
