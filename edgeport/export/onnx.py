@@ -33,10 +33,16 @@ def convert(job: ConvertJob) -> Converted:
 
 
 def _export_fp32(job: ConvertJob, path: Path) -> None:
+    """Under the program's own capture mode: torch.onnx re-runs the decomposed graph (its type-promotion
+    pass) with the program's parameters, and with grad enabled it would pick other kernels than the ones
+    the graph was recorded with (see :func:`edgeport.export.program.capture_mode`)."""
     import torch
 
+    from edgeport.export.program import capture_mode
+
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
-    program = torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
+    with capture_mode():
+        program = torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
     program.save(str(path))
 
 

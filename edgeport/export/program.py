@@ -32,13 +32,27 @@ class Signature:
     outputs: tuple[TensorInfo, ...]
 
 
+def capture_mode():
+    """The autograd state the program is captured in, and the one every later trace of it must use.
+
+    Kernel choices baked into the graph depend on it: on CPU, ``scaled_dot_product_attention`` takes the
+    flash kernel only when its ``attn_mask`` does not require grad. Captured under ``no_grad``, a relative
+    position bias (T5, Swin, BEiT) does not, the output is laid out (B, S, H, D) and ``reshape`` after
+    ``transpose(1, 2)`` is recorded as a ``view``. A converter that re-runs that graph with grad enabled
+    (the program's parameters require grad) picks the math kernel, gets another layout, and the ``view``
+    fails ("Cannot view a tensor with shape ... and strides ..."). So capture and conversion share this."""
+    import torch
+
+    return torch.no_grad()
+
+
 def export_program(module, example_inputs: tuple, dynamic_shapes=None):
     """``torch.export.export`` in eval mode; failures become :class:`ExportFailed` naming the user's line."""
     import torch
 
     module.eval()
     try:
-        with torch.no_grad():
+        with capture_mode():
             return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as exc:
         raise ExportFailed(describe_export_error(exc)) from exc

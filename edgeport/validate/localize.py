@@ -53,6 +53,8 @@ def truncated_program(program, node_name: str, example_inputs: tuple):
     import torch
     from torch.utils._pytree import tree_flatten
 
+    from edgeport.export.program import capture_mode
+
     module = program.module()
     graph = module.graph
     target = next(n for n in graph.nodes if n.name == node_name)
@@ -64,7 +66,8 @@ def truncated_program(program, node_name: str, example_inputs: tuple):
         codegen.pytree_info = codegen.pytree_info._replace(out_spec=tree_flatten((0,))[1])
     graph.eliminate_dead_code()
     module.recompile()
-    return torch.export.export(module, tuple(example_inputs), strict=False)
+    with capture_mode():  # the same kernels as the program it is cut from
+        return torch.export.export(module, tuple(example_inputs), strict=False)
 
 
 def feeding(program, output: int) -> set[str]:
