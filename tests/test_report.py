@@ -200,3 +200,18 @@ def test_convert_with_baseline_and_optional_target(tmp_path):
                      "--baseline", tmp_path / "old.json", cwd=tmp_path)
     assert result.returncode == 1
     assert "bigger" in read_report(second)["targets"][0]["regressions"][0]
+
+
+def test_fingerprint_hashes_scalar_constants():
+    """A 0-dim int constant (BEiT's relative position bias lifts some) crashed the weights hash."""
+    import torch
+
+    from edgeport.export.program import export_program, fingerprint, signature_of
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.tensor(3)
+
+    program = export_program(Scaled(), (torch.ones(2),))
+    assert any(v.dim() == 0 and not v.is_floating_point() for v in program.constants.values())
+    assert len(fingerprint(program, signature_of(program))["weights_sha256"]) == 64
