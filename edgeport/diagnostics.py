@@ -7,6 +7,7 @@ or multi-line exception text.
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 from typing import Iterable
@@ -19,8 +20,11 @@ BOILERPLATE = ("For more information", "from user code", "Set TORCH", "Next step
 # ConversionError, into a copy of its cause's text (summary reads the cause itself)
 STACK_STARTS = ("Original traceback", "## Exception summary", "Use tlparse", "(Refer to the full stack trace")
 TRAILERS = (" Next steps:",)           # boilerplate torch.onnx appends to a meaningful line
-LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/lib/python3", "<frozen", "<string>", "/edgeport/")
-NOT_MODEL_CODE = ("/torch/", "/edgeport/", "<frozen", "<string>")
+LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/lib/python3", "<frozen", "<string>")
+NOT_MODEL_CODE = ("/torch/", "<frozen", "<string>")
+# edgeport's own files, by location: a path merely containing "edgeport" (a venv under ~/.cache/edgeport,
+# a user's checkout named so) is not ours
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def clean(text: str) -> str:
@@ -72,7 +76,7 @@ def summary(exc: BaseException, max_lines: int = 3, limit: int = 700) -> str:
 
 def is_user_file(filename: str) -> bool:
     """A frame of the user's code: not a library, not the interpreter, not edgeport itself."""
-    return bool(filename) and not any(part in filename for part in LIBRARY_PARTS)
+    return bool(filename) and not filename.startswith(PACKAGE_DIR) and not any(p in filename for p in LIBRARY_PARTS)
 
 
 def user_frame(exc: BaseException) -> str | None:
@@ -92,7 +96,7 @@ def user_frame(exc: BaseException) -> str | None:
 
 def is_model_file(filename: str) -> bool:
     """A frame of model code a library ships (transformers' modeling files), not torch's or ours."""
-    return bool(filename) and not any(part in filename for part in NOT_MODEL_CODE)
+    return bool(filename) and not filename.startswith(PACKAGE_DIR) and not any(p in filename for p in NOT_MODEL_CODE)
 
 
 def user_source(stack_trace: str | None, keep=is_user_file) -> str | None:

@@ -12,7 +12,7 @@ CAUSE = ('Cannot view a tensor with shape torch.Size([2, 32, 4, 16]) and strides
          'While executing %view_4 : call_function[target=torch.ops.aten.view.default]\nOriginal traceback:\n'
          'File "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1, in _call_impl\n'
          '    return forward_call(*args)\n'
-         'File "/venv/lib/python3.11/site-packages/transformers/models/t5/modeling_t5.py", line 368, in forward\n'
+         'File "/home/me/.cache/edgeport/venv/lib/python3.11/site-packages/transformers/models/t5/modeling_t5.py", line 368, in forward\n'
          '    attn_output = attn_output.reshape(*input_shape, -1).contiguous()\n'
          'Use tlparse to see full graph.')
 
@@ -42,6 +42,7 @@ def test_summary_keeps_the_root_cause_without_boilerplate_or_colour():
 
 
 def test_user_frame_names_the_model_line_even_in_a_library():
+    """(The library path holds "edgeport", as a venv under ~/.cache/edgeport does: not edgeport's own file.)"""
     # the test file itself raised, so it is "user code" in the traceback: drop the tracebacks to read the message
     exc = _raised()
     exc.__traceback__ = exc.__cause__.__traceback__ = None
