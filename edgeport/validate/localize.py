@@ -102,7 +102,8 @@ def first_divergent_layer(target, job, sample: list, budget: dict, threads: int,
         sub = truncated_program(job.program, candidates[index].node, job.example_inputs)
         reference = EagerRunner(sub.module(), [i.dtype for i in job.signature.inputs], threads).run(sample)
         with tempfile.TemporaryDirectory() as tmp:
-            sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[], options={**job.options, "artifact_only": True})
+            sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[], module=None,  # the cut program only
+                              options={**job.options, "artifact_only": True})
             runner = target.load_runner(target.convert(sub_job).artifact, threads)
             return not compare([reference], [runner.run(sample)], budget, ["layer"])["passed"]
 
