@@ -149,3 +149,13 @@ def test_failure_of_both_captures_keeps_cause_and_model_line(tmp_path, monkeypat
     assert "models.py:" in row["error"] and "out.transpose(1, 2).reshape(b, s, 16)" in row["error"]
     assert not any(s in row["error"] for s in ("\x1b", "Next steps", "Create an issue"))
     assert any("own capture of the module failed too" in n for n in row["notes"])
+
+
+def test_dynamic_batch_on_a_keyword_input_model(tmp_path):
+    """--dynamic batch through the FlatIO adapter (forward(*tensors)): torch.export wants one
+    dynamic_shapes entry for the varargs; a tuple per input was 'inputs has 1 elements, but
+    dynamic_shapes has 2 elements' for every dict/keyword/hf: model."""
+    result = _convert(tmp_path, f"{MODELS}:dict_io", samples=2, dynamic=["batch"])
+    row = result.report["targets"][0]
+    assert result.exit_code == 0 and row["status"] == "ok", row["error"]
+    assert [i["shape"][0] for i in row["io"]["inputs"]] == [-1, -1] and len(row["dynamic_inputs"]) == 2

@@ -53,9 +53,25 @@ def export_program(module, example_inputs: tuple, dynamic_shapes=None):
     module.eval()
     try:
         with capture_mode():
-            return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
+            return torch.export.export(module, tuple(example_inputs), dynamic_shapes=_bind(module, dynamic_shapes),
+                                       strict=False)
     except Exception as exc:
         raise ExportFailed(describe_export_error(exc)) from exc
+
+
+def _bind(module, dynamic_shapes):
+    """torch.export matches ``dynamic_shapes`` to ``forward``'s parameters, so a ``forward(*tensors)`` (the
+    FlatIO adapter every dict/keyword/hf: model goes through) takes one entry holding all the inputs'."""
+    import inspect
+
+    if not isinstance(dynamic_shapes, tuple):
+        return dynamic_shapes
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return dynamic_shapes
+    varargs_only = len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL
+    return (dynamic_shapes,) if varargs_only else dynamic_shapes
 
 
 DYNAMIC_DIMS = ("batch",)
