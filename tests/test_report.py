@@ -203,7 +203,7 @@ def test_convert_with_baseline_and_optional_target(tmp_path):
 
 
 def test_fingerprint_hashes_scalar_constants():
-    """A 0-dim int constant (BEiT's relative position bias lifts some) crashed the weights hash."""
+    """A 0-dim int buffer or constant (any BatchNorm's num_batches_tracked) crashed the weights hash."""
     import torch
 
     from edgeport.export.program import export_program, fingerprint, signature_of

@@ -138,7 +138,7 @@ def fingerprint(program, signature: Signature) -> dict:
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
             weights.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-            flat = tensor.reshape(-1)  # a 0-dim constant (BEiT lifts scalar ints) has no byte view
+            flat = tensor.reshape(-1)  # 0-dim ints (BatchNorm's num_batches_tracked) have no byte view
             weights.update(flat.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return {"graph_sha256": graph, "weights_sha256": weights.hexdigest(),
             "signature": {"inputs": [i.to_json() for i in signature.inputs],

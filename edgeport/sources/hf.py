@@ -79,7 +79,7 @@ def model_class_for(transformers, config, task: str):
     return transformers.AutoModel
 
 
-def default_inputs(config, seq_len: int, parameters: list[str] = ()) -> list[InputSpec]:
+def default_inputs(config, seq_len: int, parameters: tuple[str, ...] | list[str] = ()) -> list[InputSpec]:
     """Text models get token ids + attention mask; vision models get pixel values at the config's size.
     The model's ``forward`` decides when it names one and not the other: BEiT's config has a
     ``vocab_size`` (its masked-image-modeling codebook) but the model takes ``pixel_values``."""
