@@ -7,6 +7,7 @@ or multi-line exception text.
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 from typing import Iterable
@@ -17,8 +18,16 @@ ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufffe\uffff\ud800-\udfff]")
 # lines exporters add around the real message; a summary made of them says nothing
 BOILERPLATE = ("For more information", "from user code", "Set TORCH", "Next steps", "To fix", "Traceback",
-               "The above exception", "During handling")
-LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/lib/python3", "<frozen", "/edgeport/", "<string>")
+               "The above exception", "During handling", "- Create an issue", "- Create an error report")
+# where a message turns into the FX node's stack (the location, see user_frame) or, in torch.onnx's
+# ConversionError, into a copy of its cause's text (summary reads the cause itself)
+STACK_STARTS = ("Original traceback", "## Exception summary", "Use tlparse", "(Refer to the full stack trace")
+TRAILERS = (" Next steps:",)           # boilerplate torch.onnx appends to a meaningful line
+LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/lib/python3", "<frozen", "<string>")
+NOT_MODEL_CODE = ("/torch/", "<frozen", "<string>")
+# edgeport's own files, by location: a path merely containing "edgeport" (a venv under ~/.cache/edgeport,
+# a user's checkout named so) is not ours
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def clean(text: str) -> str:
@@ -29,9 +38,25 @@ def clean(text: str) -> str:
 
 
 def message_lines(exc: BaseException) -> list[str]:
-    """The exception's own lines, cleaned, blank and boilerplate lines dropped."""
-    lines = [ln.strip() for ln in clean(str(exc)).splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith(BOILERPLATE)]
+    """The exception's own lines, cleaned, up to any stack it quotes; blank and boilerplate lines dropped."""
+    lines = []
+    for line in clean(str(exc)).splitlines():
+        line = line.strip()
+        if line.startswith(STACK_STARTS):
+            break
+        for trailer in TRAILERS:
+            line = line.split(trailer)[0].rstrip()
+        if line and not line.startswith(BOILERPLATE):
+            lines.append(line)
+    return lines
+
+
+def chain(exc: BaseException) -> list[BaseException]:
+    """The exception and the ones it was raised ``from``, outermost first (cycles cut)."""
+    found = [exc]
+    while found[-1].__cause__ is not None and found[-1].__cause__ not in found:
+        found.append(found[-1].__cause__)
+    return found
 
 
 def first_line(exc: BaseException, limit: int = 500) -> str:
@@ -40,32 +65,53 @@ def first_line(exc: BaseException, limit: int = 500) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:limit]
 
 
-def summary(exc: BaseException, max_lines: int = 3, limit: int = 500) -> str:
-    """A few meaningful lines joined with `` | ``: enough to tell two failures of one exporter apart."""
-    lines = message_lines(exc)[:max_lines]
-    return f"{type(exc).__name__}: {' | '.join(lines)}".rstrip(": ")[:limit]
+def summary(exc: BaseException, max_lines: int = 3, limit: int = 700) -> str:
+    """A few meaningful lines joined with `` | ``: enough to tell two failures of one exporter apart. An
+    exporter that wraps the real failure (torch.onnx's ``ConversionError``: "step 2/3 ... Next steps")
+    gives its first line, then the root cause's lines, which say what actually broke."""
+    root = chain(exc)[-1]
+    lines = message_lines(exc)[:1 if root is not exc else max_lines]
+    text = f"{type(exc).__name__}: {' | '.join(lines)}".rstrip(": ")
+    cause = message_lines(root)[:max_lines]
+    if root is not exc and cause and cause[0] not in text:
+        text += f" — caused by {type(root).__name__}: {' | '.join(cause)}"
+    return text[:limit]
 
 
 def is_user_file(filename: str) -> bool:
     """A frame of the user's code: not a library, not the interpreter, not edgeport itself."""
-    return bool(filename) and not any(part in filename for part in LIBRARY_PARTS)
+    return bool(filename) and not filename.startswith(PACKAGE_DIR) and not any(p in filename for p in LIBRARY_PARTS)
 
 
 def user_frame(exc: BaseException) -> str | None:
-    """``file:line: code`` of the last user frame, from the traceback or, failing that, from a
-    ``File "...", line N`` quoted in the message (torch.export quotes the user's frame there)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
-    if frames:
-        return f"{frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}"
-    return user_source(clean(str(exc)))
+    """``file:line: code`` of the last user frame: from the tracebacks of the exception and its causes,
+    else from a ``File "...", line N`` quoted in their messages (torch.export and torch.onnx quote the
+    model's frames there), else the model's own line when the model is a library's (a transformers model
+    quoted in an FX stack: the line the user would look at, even if it is not in their files)."""
+    exceptions = chain(exc)
+    for one in exceptions:
+        frames = [f for f in traceback.extract_tb(one.__traceback__) if is_user_file(f.filename)]
+        if frames:
+            return f"{frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}"
+    quoted = [clean(str(one)) for one in exceptions]
+    return (next(filter(None, map(user_source, quoted)), None)
+            or next(filter(None, (user_source(text, is_model_file) for text in quoted)), None))
 
 
-def user_source(stack_trace: str | None) -> str | None:
+def is_model_file(filename: str) -> bool:
+    """A frame of model code a library ships (transformers' modeling files), not torch's or ours."""
+    return bool(filename) and not filename.startswith(PACKAGE_DIR) and not any(p in filename for p in NOT_MODEL_CODE)
+
+
+def user_source(stack_trace: str | None, keep=is_user_file) -> str | None:
     """``file:line: code`` of the last user frame in a formatted stack trace (FX nodes keep one in
-    ``node.meta["stack_trace"]``)."""
+    ``node.meta["stack_trace"]``); a library's file is named from its package down."""
     frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]+\n\s*(.+)', stack_trace or "")
-    user = [f for f in frames if is_user_file(f[0])]
-    return f"{user[-1][0]}:{user[-1][1]}: {user[-1][2].strip()}" if user else None
+    user = [f for f in frames if keep(f[0])]
+    if not user:
+        return None
+    path = re.split(r"(?:site|dist)-packages/", user[-1][0])[-1]
+    return f"{path}:{user[-1][1]}: {user[-1][2].strip()}"
 
 
 def with_location(message: str, location: str | None) -> str:

@@ -224,3 +224,27 @@ class TwoHeads(nn.Module):
 def two_heads():
     torch.manual_seed(0)
     return TwoHeads().eval(), (torch.randn(2, 8),)
+
+
+class BiasedAttention(nn.Module):
+    """Attention whose additive mask is computed from a parameter, as T5, Swin and BEiT compute their
+    relative position bias: CPU SDPA takes its flash kernel only while that mask does not require grad, so
+    the graph's layouts depend on the autograd state it was traced in."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.bias = nn.Embedding(8, 2)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        pos = torch.arange(s)
+        mask = self.bias((pos[:, None] + pos[None]) % 8).permute(2, 0, 1)[None].contiguous()
+        q, k, v = (p(x).view(b, s, 2, 8).transpose(1, 2) for p in (self.q, self.k, self.v))
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(b, s, 16)
+
+
+def biased_attention():
+    torch.manual_seed(0)
+    return BiasedAttention().eval(), (torch.randn(2, 8, 16),)

@@ -34,6 +34,16 @@ def test_fp32_parity_on_tiny_models(tmp_path, name, outputs):
     assert [o["shape"] for o in artifact["outputs"]] == outputs
 
 
+def test_attention_with_a_learned_mask_converts(tmp_path):
+    """The shared program was captured under no_grad; torch.onnx re-runs it (type promotion) with the
+    program's parameters, and with grad on, SDPA picks another kernel and a recorded view fails
+    ("Cannot view a tensor with shape ... and strides ..."). The ONNX step runs in the capture's mode."""
+    result = _convert(tmp_path, f"{MODELS}:biased_attention", samples=2)
+    row = result.report["targets"][0]
+    assert result.exit_code == 0 and row["status"] == "ok", row["error"]
+    assert row["parity"]["max_rel_err"] < 1e-4 and row["rewrites"] == []
+
+
 def test_quantized_variants_calibrated_on_real_data(tmp_path):
     data = tmp_path / "calib.npz"
     np.savez(data, x=np.random.default_rng(1).standard_normal((6, 1, 3, 16, 16)).astype(np.float32))
@@ -80,3 +90,72 @@ def test_onnx_and_litert_in_one_cli_run(tmp_path):
     assert onnx_row["latency_ms"]["threads"] == 2 and onnx_row["latency_ms"]["p50"] > 0
     md = (out / "report.md").read_text()
     assert "| onnx | fp32 | ok |" in md and "| litert | fp32 | ok |" in md
+
+
+def _shared_export_with_grad(job):
+    """The ONNX step as it was before capture_mode: the no_grad program converted with grad enabled (a
+    real torch.onnx failure on an attention with a learned mask)."""
+    import torch
+
+    with torch.enable_grad():
+        return torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
+
+
+def test_own_capture_when_the_shared_program_does_not_convert(tmp_path, monkeypatch):
+    from edgeport.export import onnx as onnx_target
+
+    monkeypatch.setattr(onnx_target, "_export_shared", _shared_export_with_grad)
+    result = _convert(tmp_path, f"{MODELS}:biased_attention", samples=2, quantize=["dynamic-int8"])
+    rows = {r["variant"]: r for r in result.report["targets"]}
+    assert result.exit_code == 0, [r["error"] for r in rows.values()]
+    for row in rows.values():  # the quantized variant is built on the fallback's model.onnx: it says so too
+        assert row["status"] == "ok" and row["rewrites"] == ["own_capture"], row
+        assert [i["name"] for i in row["io"]["inputs"]] == ["x"]  # the shared program's names
+    assert rows["fp32"]["parity"]["max_abs_err"] < 1e-5 and rows["fp32"]["parity"]["samples"] == 2
+    assert any("did not convert" in n and "Cannot view a tensor" in n for n in rows["fp32"]["notes"])
+    assert any("captured from the module" in n for n in rows["dynamic-int8"]["notes"])
+
+
+def test_own_capture_keeps_the_flat_input_order(tmp_path, monkeypatch):
+    """Keyword inputs given out of order, a None argument, a dict output: the fallback captures the same
+    positional adapter, so inputs, outputs and their order are the shared program's."""
+    from edgeport.export import onnx as onnx_target
+
+    def refuse(job):
+        raise RuntimeError("the shared program is refused")
+
+    monkeypatch.setattr(onnx_target, "_export_shared", refuse)
+    result = _convert(tmp_path, f"{MODELS}:dict_io", samples=2)
+    row = result.report["targets"][0]
+    assert result.exit_code == 0 and row["rewrites"] == ["own_capture"], row["error"]
+    assert [i["shape"] for i in row["io"]["inputs"]] == [[2, 8], [2, 3]]  # zeta, alpha: forward's order
+    assert len(row["parity"]["outputs"]) == 2 and row["parity"]["passed"]
+    manifest = json.loads((result.out / "manifest.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["zeta", "alpha"]
+
+
+def test_failure_of_both_captures_keeps_cause_and_model_line(tmp_path, monkeypatch):
+    """Capture and conversion both with grad on (as a plain torch.onnx.export of an eval model is): the
+    shared program and the own capture fail alike; the row keeps the root cause and the model's line."""
+    import torch
+
+    from edgeport.export import program as program_module
+
+    monkeypatch.setattr(program_module, "capture_mode", torch.enable_grad)
+    result = _convert(tmp_path, f"{MODELS}:biased_attention", samples=2)
+    row = result.report["targets"][0]
+    assert result.exit_code == 1 and row["status"] == "failed" and row["rewrites"] == []
+    assert "caused by ValueError: Cannot view a tensor with shape" in row["error"]
+    assert "models.py:" in row["error"] and "out.transpose(1, 2).reshape(b, s, 16)" in row["error"]
+    assert not any(s in row["error"] for s in ("\x1b", "Next steps", "Create an issue"))
+    assert any("own capture of the module failed too" in n for n in row["notes"])
+
+
+def test_dynamic_batch_on_a_keyword_input_model(tmp_path):
+    """--dynamic batch through the FlatIO adapter (forward(*tensors)): torch.export wants one
+    dynamic_shapes entry for the varargs; a tuple per input was 'inputs has 1 elements, but
+    dynamic_shapes has 2 elements' for every dict/keyword/hf: model."""
+    result = _convert(tmp_path, f"{MODELS}:dict_io", samples=2, dynamic=["batch"])
+    row = result.report["targets"][0]
+    assert result.exit_code == 0 and row["status"] == "ok", row["error"]
+    assert [i["shape"][0] for i in row["io"]["inputs"]] == [-1, -1] and len(row["dynamic_inputs"]) == 2

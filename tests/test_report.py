@@ -258,3 +258,18 @@ def test_printable_strips_escapes_and_rich_markup():
     shown = console.export_text()
     assert "boom [red]lit[/red] <script>" in shown and "\x1b" not in shown
     assert printable("[bold]x", markup=False) == "[bold]x"
+
+
+def test_fingerprint_hashes_scalar_constants():
+    """A 0-dim int buffer or constant (any BatchNorm's num_batches_tracked) crashed the weights hash."""
+    import torch
+
+    from edgeport.export.program import export_program, fingerprint, signature_of
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.tensor(3)
+
+    program = export_program(Scaled(), (torch.ones(2),))
+    assert any(v.dim() == 0 and not v.is_floating_point() for v in program.constants.values())
+    assert len(fingerprint(program, signature_of(program))["weights_sha256"]) == 64

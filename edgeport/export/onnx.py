@@ -1,11 +1,12 @@
 """ONNX target: the exported program -> ``.onnx`` via ``torch.onnx.export(program, dynamo=True)``.
 
 ``torch.onnx.export`` takes the ExportedProgram itself (verified on torch 2.13), so ONNX converts exactly the
-graph every other target converts; the user's module is never traced a second time. Dynamic dims the user
-exported with ``torch.export.Dim`` stay symbolic in the ONNX graph and are listed in the report
-(``dynamic_inputs``). Quantized variants run onnxruntime's own quantizer on the fp32 model: ``dynamic-int8``
-(int8 weights, activations quantized at run time — no calibration) and ``int8`` (static QDQ, activation
-ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples).
+graph every other target converts. Only where it cannot take that program does it capture the eager module
+itself (``own_capture`` in the row's rewrites), so edgeport is never worse than torch.onnx on its own.
+Dynamic dims the user exported with ``torch.export.Dim`` stay symbolic in the ONNX graph and are listed in
+the report (``dynamic_inputs``). Quantized variants run onnxruntime's own quantizer on the fp32 model:
+``dynamic-int8`` (int8 weights, activations quantized at run time — no calibration) and ``int8`` (static
+QDQ, activation ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples).
 
 int8 is built for every x86-64 CPU by default (``--onnx-int8 portable``): onnxruntime's int8 kernels take a
 different path on CPUs without VNNI (most AVX2 machines), where VPMADDUBSW's 16-bit intermediate saturates
@@ -20,12 +21,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from edgeport.diagnostics import histogram
+from edgeport.diagnostics import histogram, summary
 from edgeport.errors import UsageError
 from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
 from edgeport.runtimes.onnxruntime import OnnxRunner
 
 FP32_NAME = "model.onnx"
+OWN_CAPTURE = "own_capture"         # the row's rewrites entry when torch.onnx captured the module itself
+CAPTURE_KEY = "edgeport.capture"    # ...and the artifact's metadata entry that says so
 INT8_KERNELS = {
     "portable": {"activation_type": "uint8", "weight_type": "int8", "reduce_range": True},
     "vnni": {"activation_type": "int8", "weight_type": "int8", "reduce_range": False},
@@ -46,19 +49,74 @@ def convert(job: ConvertJob) -> Converted:
     fp32 = job.out_dir / FP32_NAME
     if job.variant == "fp32" or not fp32.is_file():  # quantized variants start from the fp32 model (re-export only if it is missing)
         _export_fp32(job, fp32)
-    if job.variant == "fp32":
-        return Converted(fp32, describe(fp32))
-    path = job.out_dir / f"model_{job.variant}.onnx"
-    QUANTIZERS[job.variant](fp32, path, job)
-    return Converted(path, {**describe(path), "int8_kernels": int8_kernels(job)})
+    path = fp32
+    if job.variant != "fp32":
+        path = job.out_dir / f"model_{job.variant}.onnx"
+        QUANTIZERS[job.variant](fp32, path, job)
+    details = describe(path)
+    own = details.pop("capture", None) == "module"
+    if job.variant != "fp32":
+        details["int8_kernels"] = int8_kernels(job)
+        if own:
+            job.notes.append(f"quantized from {FP32_NAME}, which torch.onnx captured from the module itself")
+    return Converted(path, details, rewrites=[OWN_CAPTURE] if own else [])
 
 
 def _export_fp32(job: ConvertJob, path: Path) -> None:
-    import torch
+    """Under the program's own capture mode: torch.onnx re-runs the decomposed graph (its type-promotion
+    pass) with the program's parameters, and with grad enabled it would pick other kernels than the ones
+    the graph was recorded with (see :func:`edgeport.export.program.capture_mode`)."""
+    from edgeport.export.program import capture_mode
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
-    program = torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
-    program.save(str(path))
+    with capture_mode():
+        try:
+            onnx_program = _export_shared(job)
+        except Exception as exc:
+            if job.module is None:
+                raise
+            onnx_program = _own_capture(job, exc)
+    onnx_program.save(str(path))
+
+
+def _export_shared(job: ConvertJob):
+    import torch
+
+    return torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
+
+
+def _own_capture(job: ConvertJob, shared_error: Exception):
+    """Where torch.onnx cannot take the shared program, its own capture of the eager module (its own
+    export strategies and decompositions), so edgeport is never worse than calling torch.onnx directly.
+    Same module, inputs in the program's order and under its names, judged against the same reference;
+    the row says so (``own_capture``), and the artifact too (its metadata), for the variants built on it."""
+    import torch
+
+    inputs, outputs = _io_names(job.program)
+    try:
+        onnx_program = torch.onnx.export(job.module, tuple(job.example_inputs), dynamo=True, verbose=False,
+                                         input_names=inputs, output_names=outputs)
+    except Exception as exc:
+        job.notes.append(f"torch.onnx's own capture of the module failed too: {summary(exc)}")
+        raise shared_error
+    onnx_program.model.metadata_props[CAPTURE_KEY] = "module"
+    static = ", at the example shapes" if job.options.get("dynamic") else ""
+    job.notes.append(f"the shared program did not convert ({summary(shared_error)}); converted torch.onnx's "
+                     f"own capture of the module instead{static}")
+    return onnx_program
+
+
+def _io_names(program) -> tuple[list[str] | None, list[str] | None]:
+    """The names the shared program's ONNX graph would have had (its user placeholders and outputs), so
+    the manifest reads the same whichever capture converted; None where they would clash."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    signature = program.graph_signature
+    inputs = [s.arg.name for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
+    outputs = [getattr(s.arg, "name", None) for s in signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    if None in outputs or len(set(inputs + outputs)) != len(inputs) + len(outputs):
+        outputs = None
+    return inputs, outputs
 
 
 def _dynamic_int8(src: Path, dst: Path, job: ConvertJob) -> None:
@@ -126,8 +184,9 @@ def describe(path: Path) -> dict:
     initializers = {i.name for i in model.graph.initializer}
     dynamic = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim if d.dim_param]
                for i in model.graph.input if i.name not in initializers}
+    capture = next((p.value for p in model.metadata_props if p.key == CAPTURE_KEY), None)
     return {"opset": opset, "ops": histogram(node.op_type for node in model.graph.node),
-            "dynamic_inputs": {k: v for k, v in dynamic.items() if v}}
+            "dynamic_inputs": {k: v for k, v in dynamic.items() if v}, **({"capture": capture} if capture else {})}
 
 
 TARGET = Target(

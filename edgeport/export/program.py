@@ -32,16 +32,46 @@ class Signature:
     outputs: tuple[TensorInfo, ...]
 
 
+def capture_mode():
+    """The autograd state the program is captured in, and the one every later trace of it must use.
+
+    Kernel choices baked into the graph depend on it: on CPU, ``scaled_dot_product_attention`` takes the
+    flash kernel only when its ``attn_mask`` does not require grad. Captured under ``no_grad``, a relative
+    position bias (T5, Swin, BEiT) does not, the output is laid out (B, S, H, D) and ``reshape`` after
+    ``transpose(1, 2)`` is recorded as a ``view``. A converter that re-runs that graph with grad enabled
+    (the program's parameters require grad) picks the math kernel, gets another layout, and the ``view``
+    fails ("Cannot view a tensor with shape ... and strides ..."). So capture and conversion share this."""
+    import torch
+
+    return torch.no_grad()
+
+
 def export_program(module, example_inputs: tuple, dynamic_shapes=None):
     """``torch.export.export`` in eval mode; failures become :class:`ExportFailed` naming the user's line."""
     import torch
 
     module.eval()
     try:
-        with torch.no_grad():
-            return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
+        with capture_mode():
+            return torch.export.export(module, tuple(example_inputs), dynamic_shapes=_bind(module, dynamic_shapes),
+                                       strict=False)
     except Exception as exc:
         raise ExportFailed(describe_export_error(exc)) from exc
+
+
+def _bind(module, dynamic_shapes):
+    """torch.export matches ``dynamic_shapes`` to ``forward``'s parameters, so a ``forward(*tensors)`` (the
+    FlatIO adapter every dict/keyword/hf: model goes through) takes one entry holding all the inputs'."""
+    import inspect
+
+    if not isinstance(dynamic_shapes, tuple):
+        return dynamic_shapes
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return dynamic_shapes
+    varargs_only = len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL
+    return (dynamic_shapes,) if varargs_only else dynamic_shapes
 
 
 DYNAMIC_DIMS = ("batch",)
@@ -108,7 +138,8 @@ def fingerprint(program, signature: Signature) -> dict:
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
             weights.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-            weights.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+            flat = tensor.reshape(-1)  # 0-dim ints (BatchNorm's num_batches_tracked) have no byte view
+            weights.update(flat.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return {"graph_sha256": graph, "weights_sha256": weights.hexdigest(),
             "signature": {"inputs": [i.to_json() for i in signature.inputs],
                           "outputs": [o.to_json() for o in signature.outputs]}}

@@ -38,12 +38,17 @@ class ConvertJob:
     options: dict = field(default_factory=dict)       # the target's own options, calibration samples, ...;
     # "artifact_only": True asks for just a runnable artifact (targets may skip extra work such as AOT compiles)
     notes: list[str] = field(default_factory=list)    # warnings that belong in the report
+    # the eager module the program was exported from (positional inputs in signature order, flat outputs),
+    # for a target whose converter cannot take the program and captures the module itself; None when there
+    # is none (.pt2) or when the program carries rewrites the module does not
+    module: Any = None
 
 
 @dataclass
 class Converted:
     artifact: Path
     details: dict = field(default_factory=dict)   # extra report fields (ops, compiles, ...)
+    rewrites: list[str] = field(default_factory=list)   # what the target did beyond the shared passes
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,8 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
     start = time.perf_counter()
     prepared = session.rewrites.for_target(target)
     job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
-                     session.job_options(), notes=list(prepared.notes))
+                     session.job_options(), notes=list(prepared.notes),
+                     module=None if prepared.applied else session.module)  # the module lacks the program's rewrites
     row.rewrites = [*session.module_rewrites, *prepared.applied]
     budget = budget_after_rewrites(budget, prepared)
     try:
@@ -121,6 +122,7 @@ def record_artifact(row: Row, converted, staging: Path, start: float) -> None:
     row.size_bytes = converted.artifact.stat().st_size
     row.sha256 = sha256_of(converted.artifact)
     row.details.update(converted.details)
+    row.rewrites.extend(r for r in converted.rewrites if r not in row.rewrites)
 
 
 def judge_artifact(target, artifact: Path, session: Session, budget: dict) -> Verdict:

@@ -55,6 +55,7 @@ class Session:
     target_options: dict = field(default_factory=dict)
     dynamic: tuple = ()
     rewrites: RewriteCache | None = None
+    module: object = None              # the eager module the program came from (None for a .pt2)
 
     @classmethod
     def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":
@@ -77,6 +78,7 @@ class Session:
         origin = {"real": len(real), "random": len(samples) - 1, "example": 1}
         data = real_data.report(judge.data) if real_data else None
         extra.setdefault("rewrites", RewriteCache(program, example, extra.pop("decompositions", {})))
+        extra.setdefault("module", loaded.module)
         return cls(program, example, signature, real + samples, reference, latency, judge, origin, data, **extra)
 
     def job_options(self) -> dict:

@@ -56,7 +56,7 @@ def load_pretrained(model_class, where: str, config, trust_remote_code: bool):
 def load_hf_model(spec: str, options: SourceOptions, inputs: list[InputSpec]) -> LoadedModel:
     import transformers
 
-    from edgeport.sources.flat_io import wrap
+    from edgeport.sources.flat_io import forward_parameters, wrap
 
     where = spec[3:]
     config = load_config(where, options.trust_remote_code)
@@ -64,7 +64,7 @@ def load_hf_model(spec: str, options: SourceOptions, inputs: list[InputSpec]) ->
         config.use_cache = False  # a KV cache object is not a tensor output
     model_class = model_class_for(transformers, config, options.hf_task)
     model = load_pretrained(model_class, where, config, options.trust_remote_code)
-    inputs = inputs or default_inputs(config, options.seq_len)
+    inputs = inputs or default_inputs(config, options.seq_len, forward_parameters(model))
     return wrap(spec, model, {i.name: i.example(seed=0) for i in inputs})
 
 
@@ -79,9 +79,12 @@ def model_class_for(transformers, config, task: str):
     return transformers.AutoModel
 
 
-def default_inputs(config, seq_len: int) -> list[InputSpec]:
-    """Text models get token ids + attention mask; vision models get pixel values at the config's size."""
-    if getattr(config, "vocab_size", None):
+def default_inputs(config, seq_len: int, parameters: tuple[str, ...] | list[str] = ()) -> list[InputSpec]:
+    """Text models get token ids + attention mask; vision models get pixel values at the config's size.
+    The model's ``forward`` decides when it names one and not the other: BEiT's config has a
+    ``vocab_size`` (its masked-image-modeling codebook) but the model takes ``pixel_values``."""
+    vision_only = "pixel_values" in parameters and "input_ids" not in parameters
+    if getattr(config, "vocab_size", None) and not vision_only:
         return [InputSpec("input_ids", (1, seq_len), "int64", 0, config.vocab_size),
                 InputSpec("attention_mask", (1, seq_len), "int64", 1, 2)]
     if hasattr(config, "image_size"):

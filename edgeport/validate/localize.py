@@ -53,6 +53,8 @@ def truncated_program(program, node_name: str, example_inputs: tuple):
     import torch
     from torch.utils._pytree import tree_flatten
 
+    from edgeport.export.program import capture_mode
+
     module = program.module()
     graph = module.graph
     target = next(n for n in graph.nodes if n.name == node_name)
@@ -64,7 +66,8 @@ def truncated_program(program, node_name: str, example_inputs: tuple):
         codegen.pytree_info = codegen.pytree_info._replace(out_spec=tree_flatten((0,))[1])
     graph.eliminate_dead_code()
     module.recompile()
-    return torch.export.export(module, tuple(example_inputs), strict=False)
+    with capture_mode():  # the same kernels as the program it is cut from
+        return torch.export.export(module, tuple(example_inputs), strict=False)
 
 
 def feeding(program, output: int) -> set[str]:
@@ -99,7 +102,8 @@ def first_divergent_layer(target, job, sample: list, budget: dict, threads: int,
         sub = truncated_program(job.program, candidates[index].node, job.example_inputs)
         reference = EagerRunner(sub.module(), [i.dtype for i in job.signature.inputs], threads).run(sample)
         with tempfile.TemporaryDirectory() as tmp:
-            sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[], options={**job.options, "artifact_only": True})
+            sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[], module=None,  # the cut program only
+                              options={**job.options, "artifact_only": True})
             runner = target.load_runner(target.convert(sub_job).artifact, threads)
             return not compare([reference], [runner.run(sample)], {**budget, "allow_empty": True}, ["layer"])["passed"]
 

@@ -68,7 +68,9 @@ def reexport(gm, example: tuple):
     """``torch.export`` of the rewritten GraphModule (already in inference form: no .eval() on it)."""
     import torch
 
-    with torch.no_grad():
+    from edgeport.export.program import capture_mode
+
+    with capture_mode():
         return torch.export.export(gm, tuple(example), strict=False)
 
 
