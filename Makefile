@@ -24,7 +24,7 @@ test:
 
 test-slow:
 	bash scripts/web-deps.sh
-	$(PY) -m pytest -q -m slow tests
+	$(PY) -m pytest -q -m slow tests || [ $$? -eq 5 ]  # 5: nothing marked slow
 
 bench:
 	$(PY) bench/litert_overhead.py
