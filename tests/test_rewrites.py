@@ -320,3 +320,12 @@ def test_stateful_model_matches_on_every_target(tmp_path):
     rows = read_report(out)["targets"]
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"]
     assert all(r["parity"]["max_rel_err"] < 1e-5 for r in rows)
+
+
+def test_a_rewrite_name_registers_once():
+    from edgeport.export.rewrites.registry import rewrite
+
+    with pytest.raises(ValueError, match="registered twice"):
+        @rewrite("histc_onehot", ops=("aten.histc.default",), fixes="a second histc pass")
+        def another_histc(x, bins=100, min=0, max=0):
+            return x
