@@ -233,6 +233,7 @@ TARGET = Target(
     extra="tpu",
     convert=convert,
     runners=(JaxXlaRunner,),
+    generative="edgeport.export.tpu_gen",
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,
