@@ -122,13 +122,14 @@ def export_raw(model, lens: tuple[int, ...], cache_len: int) -> dict:
     return raw
 
 
-def export_generation(source, plan, out_dir: Path) -> Exported:
-    """Load, export, flatten, save ``DIR/exported/`` (programs + layout.json) and the tokenizer files."""
+def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) -> Exported:
+    """Export, flatten, save ``DIR/exported/`` (programs + layout.json) and the tokenizer files; ``loaded``
+    is :func:`load_causal_lm`'s result when the caller loaded the model already."""
     from edgeport.errors import ExportFailed
     from edgeport.export.program import describe_export_error, save_program
     from edgeport.generative.flat import flatten
 
-    model, notes = load_causal_lm(source)
+    model, notes = loaded or load_causal_lm(source)
     try:
         raw = export_raw(model, plan.prefill_lens, plan.cache_len)
         flat = {name: flatten(program) for name, program in raw.items()}

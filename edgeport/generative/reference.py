@@ -53,7 +53,7 @@ def eager_latency(model, layout, threads: int) -> dict:
 def latency_block(prefill: dict, decode: dict, threads: int) -> dict:
     ms = decode["p50"]
     return {"prefill_ms": prefill, "decode_ms_per_token": ms, "decode_p90_ms": decode["p90"],
-            "tokens_per_s": 1000.0 / ms, "threads": threads}
+            "decode_runs": decode["runs"], "tokens_per_s": 1000.0 / ms, "threads": threads}
 
 
 def time_call(module, kwargs: dict, budget_seconds: float = 1.0, min_runs: int = 5, max_runs: int = 100) -> dict:
