@@ -73,7 +73,8 @@ def _text_prompts(path: Path, tokenizer_dir: Path | None) -> list[list[int]]:
 
 def load_tokenizer(directory: Path | None, what: str):
     if directory is None or not directory.is_dir() or not any(directory.iterdir()):
-        raise UsageError(f"{what} needs the model's tokenizer, and there is none beside the model")
+        raise UsageError(f"{what} needs the model's tokenizer, and {directory} holds none (the model directory had "
+                         "no tokenizer files)")
     try:
         from transformers import AutoTokenizer
 

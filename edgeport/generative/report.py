@@ -15,9 +15,10 @@ def generation_sections(report: dict) -> list[ReportSection]:
     rows = [cells(r) for r in report.get("targets", []) if r.get("generation")]
     if not rows:
         return []
-    eager = (report.get("generation") or {}).get("eager")
+    block = report.get("generation") or {}
+    eager = block.get("eager")
     if eager:
-        rows.append(["PyTorch eager", "fp32", "–", "–", "–", "–", prefill_text(eager["prefill_ms"]),
+        rows.append([block.get("eager_label") or "PyTorch eager", "fp32", "–", "–", "–", "–", prefill_text(eager["prefill_ms"]),
                      num(eager["decode_ms_per_token"], ".3f"), num(eager["tokens_per_s"], ".1f"), "1.00×", "–", "–"])
     return [ReportSection("generation", TITLE, HEADERS, rows)]
 

@@ -32,6 +32,7 @@ class GenSession:
     origin: dict = field(default_factory=dict)
     reference_source: str = "transformers generate (greedy, static cache)"
     notes: list = field(default_factory=list)
+    eager_label: str = "PyTorch eager"
 
     @property
     def reference_latency(self) -> dict | None:
@@ -44,7 +45,7 @@ class GenSession:
     def report_block(self) -> dict:
         return {"task": "text-generation", "reference": self.reference_source, "prompts": len(self.prompts),
                 "prompt_origin": self.origin, "new_tokens": self.layout.gen_tokens, "cache_len": self.layout.cache_len,
-                "prefill_lens": self.layout.prefill_lens, "eager": self.eager}
+                "prefill_lens": self.layout.prefill_lens, "eager": self.eager, "eager_label": self.eager_label}
 
 
 def run_generation_row(target, variant: str, session: GenSession, staging: Path, budget: dict, required: bool) -> dict:
