@@ -10,7 +10,7 @@ $(error scripts/venv.sh $(PYTHON) failed (its output is above))
 endif
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench venv
+.PHONY: demo test test-slow bench venv
 venv:
 	@echo $(VENV)
 
@@ -21,6 +21,9 @@ demo:
 test:
 	bash scripts/web-deps.sh
 	$(PY) -m pytest -q tests
+
+test-slow:
+	$(PY) -m pytest -q -m slow tests
 
 bench:
 	$(PY) bench/litert_overhead.py

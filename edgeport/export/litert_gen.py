@@ -14,6 +14,12 @@ signatures again per recipe): fp16, dynamic-int8 and weight-int8 are litert-torc
 fully-connected kernel. It is dynamic-range, not weight-only: ai-edge-quantizer rejects block-wise int4
 with float compute ("Unsupported op for ComputePrecision.FLOAT: FULLY_CONNECTED"), and channel-wise int4
 (what weight-only int4 offers) is the granularity published results show collapsing an LLM.
+
+A block whose weights are all zero (a padding token's embedding row, and the lm_head row it becomes in a
+tied or copied head) gets scale 0 from the quantizer (with numpy's "invalid value in divide" while it
+computes it), and XNNPACK refuses the whole tensor ("unsupported scale value (0.000000) in channel N for
+INT4 tensor"): the artifact does not load. Such blocks are set to scale 1 with zero data here — the block
+still dequantizes to exactly 0 — and the row's details count them (``zero_scale_blocks_fixed``).
 """
 
 from __future__ import annotations
@@ -38,11 +44,14 @@ def convert(job: GenerativeJob) -> Converted:
     fp32 = artifact_path(job.out_dir, "fp32")
     if job.variant == "fp32" or not fp32.is_file():
         _convert_fp32(job, fp32)
-    path = fp32
+    path, details = fp32, {}
     if job.variant != "fp32":
         path = artifact_path(job.out_dir, job.variant)
         _quantize(fp32, path, job.variant)
-    return Converted(path, {"ops": op_counts(path), "cache": "explicit input/output state (no resource variables)"})
+        if job.variant in BLOCKWISE:
+            details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
+    return Converted(path, {"ops": op_counts(path), "cache": "explicit input/output state (no resource variables)",
+                            **details})
 
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> None:
@@ -80,6 +89,41 @@ def _recipe(variant: str):
 
     config = getattr(quant_recipes, LITERT_RECIPES[variant])()
     return translate_recipe.translate_to_ai_edge_recipe(config.generative_recipe)
+
+
+def fix_zero_block_scales(path: Path) -> int:
+    """Block-wise quantized tensors: scale 0 -> 1 and the block's data -> 0 (see the module docstring)."""
+    import numpy as np
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(str(path))
+    fixed = 0
+    for subgraph in model.subgraphs:
+        for t in subgraph.tensors:
+            details = getattr(t.quantization, "details", None)
+            if not hasattr(details, "blockSize") or details.scales < 0:
+                continue
+            scales_tensor = subgraph.tensors[details.scales]
+            dtype = np.float16 if scales_tensor.type == flatbuffer_utils.TensorType.FLOAT16 else np.float32
+            scales_buffer, data_buffer = model.buffers[scales_tensor.buffer], model.buffers[t.buffer]
+            if scales_buffer.data is None or data_buffer.data is None:
+                continue
+            scales = np.frombuffer(bytes(scales_buffer.data), dtype).copy()
+            zero = np.flatnonzero(scales == 0)
+            if zero.size:
+                data = np.asarray(data_buffer.data, np.uint8).copy()
+                per_block = details.blockSize * BITS[t.type] // 8
+                for block in zero:
+                    data[block * per_block:(block + 1) * per_block] = 0
+                scales[zero] = 1
+                scales_buffer.data, data_buffer.data = np.frombuffer(scales.tobytes(), np.uint8), data
+                fixed += int(zero.size)
+    if fixed:
+        flatbuffer_utils.write_model(model, str(path))
+    return fixed
+
+
+BITS = {17: 4, 9: 8}  # TensorType INT4 = 17, INT8 = 9: bits per stored weight
 
 
 def load(path: Path, threads: int) -> LiteRTSignatureRunner:

@@ -26,17 +26,23 @@ def convert(job: GenerativeJob) -> Converted:
 
     prefer_cpu_backend()
     libtpu_compile_env()
+    import jax
+
     out = job.out_dir / f"generate_{job.variant}"
     out.mkdir(parents=True, exist_ok=True)
     precision = "highest" if job.variant == "fp32" else "default"
     topologies = [] if job.options.get("artifact_only") else topologies_of(job.options)
     weights, meta, compiles = {}, {}, []
-    for name, program in job.programs.items():
-        lowered, entry = _export(name, program, job, out, precision)
-        _merge_weights(weights, lowered.weights)
-        donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
-        compiles += _compile_all(topologies, lowered, out, donate, name, precision)
-        meta[name] = entry
+    # x64 off whatever an earlier converter set (litert-torch's jax bridge turns it on globally at import):
+    # int64 ids, positions and cache lengths become int32 avals, so the artifact takes the same dtypes in
+    # every process that loads it (a fresh `validate` or a server runs with jax's default, x64 off)
+    with jax.enable_x64(False):
+        for name, program in job.programs.items():
+            lowered, entry = _export(name, program, job, out, precision)
+            _merge_weights(weights, lowered.weights)
+            donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
+            compiles += _compile_all(topologies, lowered, out, donate, name, precision)
+            meta[name] = entry
     _write(out, weights, meta, job, precision)
     for failed in (c for c in compiles if not c["ok"]):
         job.notes.append(f"TPU compile of {failed['program']} for {failed['topology']} failed: {failed['error']}")

@@ -56,7 +56,7 @@ def latency_block(prefill: dict, decode: dict, threads: int) -> dict:
             "decode_runs": decode["runs"], "tokens_per_s": 1000.0 / ms, "threads": threads}
 
 
-def time_call(module, kwargs: dict, budget_seconds: float = 1.0, min_runs: int = 5, max_runs: int = 100) -> dict:
+def time_call(module, kwargs: dict, budget_seconds: float = 0.5, min_runs: int = 10, max_runs: int = 100) -> dict:
     """p50/p90 ms of ``module(**kwargs)``; every tensor the call may write (the cache) is restored before
     each run, outside the timed region."""
     import torch
