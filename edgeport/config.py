@@ -96,8 +96,8 @@ def _check_scope(scope: tuple[str, ...], where: str, target_alone: bool = False)
         target, variant = scope
         if target not in names:
             raise UsageError(f"{where}: unknown target {target!r}; known: {', '.join(names)}")
-        if variant not in get_target(target).variants:
-            raise UsageError(f"{where}: target {target!r} has no variant {variant!r}; its variants: {', '.join(get_target(target).variants)}")
+        if variant not in get_target(target).every_variant:
+            raise UsageError(f"{where}: target {target!r} has no variant {variant!r}; its variants: {', '.join(get_target(target).every_variant)}")
 
 
 KNOWN_KEYS = BUDGET_KEYS + LIST_KEYS + ALLOW_KEYS

@@ -334,3 +334,33 @@ def test_artifact_only_conversion_skips_aot_compiles(tmp_path):
     outputs = target.load_runner(converted.artifact, 1).run([a.numpy() for a in args])
     assert np.allclose(outputs[0], module(*args).detach().numpy(), atol=1e-5)
     assert not (tmp_path / "fp32" / "executables").exists() or not any((tmp_path / "fp32" / "executables").iterdir())
+
+
+def test_int_inputs_stay_int32_when_another_converter_left_x64_on(tmp_path):
+    """litert-torch's jax bridge turns jax_enable_x64 on for the whole process at import; a TPU artifact
+    exported after it must still take int32 ids (what every fresh process, validate or a server, feeds)."""
+    import json
+
+    import jax
+    import numpy as np
+
+    from conftest import write_model_file
+    from edgeport import api
+    from edgeport.runtimes.jax_xla import JaxXlaRunner
+
+    model = write_model_file(tmp_path, (
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.e = nn.Embedding(10, 4)\n"
+        "    def forward(self, ids):\n        return self.e(ids).sum(-1)\n\n"
+        "def build():\n    torch.manual_seed(0)\n    return M().eval(), (torch.randint(0, 10, (1, 3)),)\n"))
+    jax.config.update("jax_enable_x64", True)
+    try:
+        result = api.convert(api.convert_options(model=f"{model}:build", out=tmp_path / "out", targets=["tpu"],
+                                                 latency=False, samples=2, target_options={"tpu_topology": ["v5e:1x1"]}))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert result.exit_code == 0, result.report["targets"][0].get("error")
+    meta = json.loads((tmp_path / "out" / "tpu" / "fp32" / "meta.json").read_text())
+    assert meta["inputs"][0]["dtype"] == "int32"
+    out = JaxXlaRunner(tmp_path / "out" / "tpu" / "fp32", 1).run([np.array([[1, 2, 3]], np.int64)])
+    assert out[0].shape == (1, 3)

@@ -43,6 +43,10 @@ def convert(
     dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the report says which targets kept it"),
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
+    task: str = typer.Option("auto", "--task", help="auto (text-generation for hf: causal LMs, else forward), text-generation or forward"),
+    prefill_len: List[int] = typer.Option([], "--prefill-len", help="text-generation: a prefill signature of this many tokens (repeatable; default 32)"),
+    cache_len: Optional[int] = typer.Option(None, "--cache-len", help="text-generation: KV cache slots (prompt + generated tokens; default 256 or the model's positions)"),
+    gen_tokens: Optional[int] = typer.Option(None, "--gen-tokens", help="text-generation: greedy tokens generated per judged prompt (default 16)"),
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
@@ -53,7 +57,8 @@ def convert(
         trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit,
         threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
         budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
-        calibration_data=calibration_data, target_options=target_options)
+        calibration_data=calibration_data, target_options=target_options, task=task, prefill_lens=prefill_len,
+        cache_len=cache_len, gen_tokens=gen_tokens)
     result = with_progress(lambda progress: api.convert(opts, progress))
     native_output_to(result.out / RUN_LOG)
     print_summary(result.report, result.out)

@@ -17,9 +17,9 @@ def targets() -> None:
     """List targets, their variants and whether they are installed (the capability table)."""
     from edgeport.export.registry import all_targets
 
-    rows = [[t.name, ", ".join(t.variants), "yes" if not t.missing_requirements() else f"no — {t.install_hint}",
-             t.description] for t in all_targets()]
-    print_table("edgeport targets", ["target", "variants", "installed", "description"], rows)
+    rows = [[t.name, ", ".join(t.variants), ", ".join(t.generation().variants) if t.generative else "–",
+             "yes" if not t.missing_requirements() else f"no — {t.install_hint}", t.description] for t in all_targets()]
+    print_table("edgeport targets", ["target", "variants", "text-generation variants", "installed", "description"], rows)
 
 
 @app.command("serve-web")

@@ -197,6 +197,7 @@ TARGET = Target(
     extra="onnx",
     convert=convert,
     runners=(OnnxRunner,),
+    generative="edgeport.export.onnx_gen",
     options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),),

@@ -51,6 +51,34 @@ class Converted:
     rewrites: list[str] = field(default_factory=list)   # what the target did beyond the shared passes
 
 
+@dataclass
+class GenerativeJob:
+    """Everything a target needs to convert one variant of a generative model: one flat program per
+    signature (``prefill_<L>`` for each prefill length, then ``decode``), each taking named tensors and
+    returning a dict (``logits`` then the updated cache), with the sample keyword inputs it was exported with."""
+
+    programs: dict                    # signature name -> torch.export.ExportedProgram (flat, named I/O)
+    samples: dict                     # signature name -> {input name: torch tensor}
+    layout: dict                      # edgeport.generative.layout.Layout as JSON: roles, cache tensors, ids
+    variant: str
+    out_dir: Path                     # DIR/<target>/ inside the temporary output directory
+    options: dict = field(default_factory=dict)       # the target's own options (e.g. TPU topologies)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GenerativeSupport:
+    """What a target offers for generative models (prefill/decode with an explicit KV cache).
+
+    ``convert`` writes one artifact (a file or a directory) holding every signature; ``load`` returns a
+    :class:`~edgeport.runtimes.signature.SignatureRunner` over it. Declared in a module of the target's own
+    (``Target.generative`` names it), so listing targets never imports it."""
+
+    variants: tuple[str, ...]         # the first is always built; others on --quantize
+    convert: Callable[[GenerativeJob], "Converted"]
+    load: Callable[[Path, int], Any]
+
+
 @dataclass(frozen=True)
 class TargetOption:
     """A command-line option that only one target understands (``--nhwc``, ``--tpu-topology``). The CLI
@@ -116,6 +144,8 @@ class Target:
     # thread_sweep=False: the runtime ignores the thread count (XLA CPU sizes its own pool)
     thread_sweep: bool = True
     report_sections: Callable[[dict], list[ReportSection]] = no_sections
+    # module defining ``GENERATIVE: GenerativeSupport`` (prefill/decode with a KV cache), if the target has one
+    generative: str | None = None
 
     def __post_init__(self):
         from edgeport.export.rewrites import check_known
@@ -125,6 +155,16 @@ class Target:
     @property
     def default_variant(self) -> str:
         return self.variants[0]
+
+    def generation(self) -> GenerativeSupport | None:
+        """The target's generative support (imported on first use), or None."""
+        return importlib.import_module(self.generative).GENERATIVE if self.generative else None
+
+    @property
+    def every_variant(self) -> tuple[str, ...]:
+        """Forward and generative variants: what a budget scope or ``--quantize`` may name for this target."""
+        support = self.generation()
+        return tuple(dict.fromkeys(self.variants + (support.variants if support else ())))
 
     def load_runner(self, path: Path, threads: int) -> BaseRunner:
         return self.runners[0](path, threads)
@@ -185,4 +225,4 @@ def all_options() -> list[TargetOption]:
 
 def all_variants() -> set[str]:
     """Every variant some target offers (what a budget's VARIANT scope may name)."""
-    return {v for target in all_targets() for v in target.variants}
+    return {v for target in all_targets() for v in target.every_variant}

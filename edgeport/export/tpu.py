@@ -140,9 +140,12 @@ def convert(job: ConvertJob) -> Converted:
     out = job.out_dir / job.variant
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs], job.example_inputs)
     precision = "highest" if job.variant == "fp32" else "default"
-    with jax.default_matmul_precision(precision):
+    # x64 off whatever an earlier converter left on (litert-torch's jax bridge enables it globally at import):
+    # with it on, int64 inputs and buffers became int64 avals, and the artifact failed to run in any fresh
+    # process ("Dtype mismatch ... expected int64 and called with int32")
+    with jax.default_matmul_precision(precision), jax.enable_x64(False):
+        lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs], job.example_inputs)
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
         lower_seconds = time.perf_counter() - start
@@ -233,6 +236,7 @@ TARGET = Target(
     extra="tpu",
     convert=convert,
     runners=(JaxXlaRunner,),
+    generative="edgeport.export.tpu_gen",
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,

@@ -82,24 +82,28 @@ def validate_topologies(values: list[str]) -> None:
         parse_topology(value)
 
 
-def compile_for_topology(topology: Topology, lowered: Lowered, out: Path) -> dict:
-    """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row."""
+def compile_for_topology(topology: Topology, lowered: Lowered, out: Path, donate: tuple[int, ...] = (),
+                         program: str | None = None) -> dict:
+    """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row.
+    ``donate``: input positions whose buffers the outputs may reuse (a KV cache updated in place), so the
+    memory analysis counts them once; ``program`` names one of several programs (generative signatures)."""
     from edgeport.pipeline.proc import redirected
 
-    row = {"topology": topology.name, "ok": False, "error": None}
+    row = {"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {})}
     start = time.perf_counter()
+    stem = f"{topology.slug}_{program}" if program else topology.slug
     with redirected(fds=(2,)) as noise:
         try:
-            compiled, sharding, devices = _compile(topology, lowered)
+            compiled, sharding, devices = _compile(topology, lowered, donate)
             row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
-            row["executable"] = _write_executable(compiled, out / "executables" / f"{topology.slug}.tpu_exec", out)
+            row["executable"] = _write_executable(compiled, out / "executables" / f"{stem}.tpu_exec", out)
         except Exception as exc:
             row["error"] = _compile_error(exc, noise)
     row["compile_seconds"] = round(time.perf_counter() - start, 3)
     return row
 
 
-def _compile(topology: Topology, lowered: Lowered):
+def _compile(topology: Topology, lowered: Lowered, donate: tuple[int, ...] = ()):
     import jax
     from jax.experimental import topologies
     from jax.sharding import NamedSharding
@@ -116,7 +120,8 @@ def _compile(topology: Topology, lowered: Lowered):
     weights = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated) for k, v in lowered.weights.items()}
     inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=batch if data_parallel else replicated)
               for a in lowered.compile_avals]
-    compiled = jax.jit(lowered.fn).lower(weights, *inputs).compile()
+    jitted = jax.jit(lowered.fn, donate_argnums=tuple(1 + i for i in donate)) if donate else jax.jit(lowered.fn)
+    compiled = jitted.lower(weights, *inputs).compile()
     return compiled, "data-parallel" if data_parallel else "replicated", devices
 
 
@@ -186,7 +191,7 @@ def _compile_cells(variant: str, c: dict) -> list[str]:
     from edgeport.validate.render import fmt
 
     us = lambda v: fmt(v * 1e6 if isinstance(v, (int, float)) else None, ".3g")  # noqa: E731
-    return [variant, c["topology"], "yes" if c["ok"] else f"no: {c.get('error') or ''}"[:120], c.get("sharding") or "–",
+    return [f"{variant} {c['program']}" if c.get("program") else variant, c["topology"], "yes" if c["ok"] else f"no: {c.get('error') or ''}"[:120], c.get("sharding") or "–",
             fmt(c["peak_bytes"] / 2**20 if c.get("peak_bytes") else None, ".2f"),
             {True: "yes", False: "NO"}.get(c.get("fits_hbm"), "–"),
             fmt(c["flops"] / 1e9 if c.get("flops") is not None else None, ".3g"),

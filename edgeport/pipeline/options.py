@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeport.export.registry import DEFAULT_TARGET
+from edgeport.generative.options import GenerationOptions
 from edgeport.sources.spec import SourceOptions
 
 
@@ -44,9 +45,10 @@ class ConvertOptions:
     quantize: tuple[str, ...] = ()
     calibration_data: str | None = None
     target_options: dict = field(default_factory=dict)   # each target's own options, by TargetOption.key
+    generation: GenerationOptions = field(default_factory=GenerationOptions)   # --task text-generation
 
 
-PARTS = {"source": SourceOptions, "judge": JudgeOptions, "output": OutputOptions}
+PARTS = {"source": SourceOptions, "judge": JudgeOptions, "output": OutputOptions, "generation": GenerationOptions}
 
 
 def convert_options(**flat) -> ConvertOptions:
@@ -66,4 +68,4 @@ def convert_options(**flat) -> ConvertOptions:
         else:
             raise TypeError(f"convert_options() got an unexpected keyword argument {key!r}")
     return ConvertOptions(source=SourceOptions(**parts["source"]), output=OutputOptions(**parts["output"]),
-                          judge=JudgeOptions(**parts["judge"]), **top)
+                          judge=JudgeOptions(**parts["judge"]), generation=GenerationOptions(**parts["generation"]), **top)

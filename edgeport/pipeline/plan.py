@@ -29,26 +29,32 @@ class Plan:
     budget_flags: list
     baseline: Baseline | None = None
     decompositions: dict = field(default_factory=dict)
+    generation: object = None          # edgeport.generative.options.GenerationPlan for --task text-generation
 
 
 def plan(opts: ConvertOptions) -> Plan:
     from edgeport.config import load_config, parse_budget_flags
     from edgeport.pipeline.outdir import check_junit, check_output_dir, input_paths
 
+    from edgeport.generative.options import plan_generation
+
     targets = requested_targets(opts.targets)
-    check_variants(opts.quantize, targets)
+    generation = plan_generation(opts, targets)
+    if generation is None:
+        check_variants(opts.quantize, targets)
     for target in targets:
         target.validate_options(opts.target_options)
     check_dynamic(opts.source.dynamic)
     check_judge(opts.judge)
-    rows = [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
+    rows = generation.rows if generation else \
+        [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
     check_output_dir(opts.output.out, opts.output.force,
                      input_paths(opts.source.model, opts.judge.data, opts.calibration_data, opts.judge.config,
                                  opts.judge.baseline, opts.source.decompositions))
     check_junit(opts.output.junit)
     config = load_config(opts.judge.config)
     return Plan(rows, config, parse_budget_flags(opts.judge.budgets), read_baseline(opts.judge.baseline, config),
-                load_user_decompositions(opts.source.decompositions))
+                load_user_decompositions(opts.source.decompositions), generation)
 
 
 def requested_targets(names) -> list:

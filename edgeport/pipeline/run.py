@@ -39,7 +39,7 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     staging = staging_dir(opts.output.out)
     try:
         with redirected(staging / RUN_LOG):
-            report = convert_into(staging, opts, the_plan, progress)
+            report = into(the_plan)(staging, opts, the_plan, progress)
         publish(staging, opts.output.out)
     except BaseException:
         import shutil
@@ -47,6 +47,15 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Result(report, opts.output.out, 0 if report["passed"] else 1)
+
+
+def into(the_plan):
+    """The run a plan asks for: one forward export, or prefill/decode programs for --task text-generation."""
+    if the_plan.generation is None:
+        return convert_into
+    from edgeport.generative.run import convert_generation
+
+    return convert_generation
 
 
 def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progress) -> dict:

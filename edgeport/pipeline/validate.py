@@ -27,8 +27,12 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
     from edgeport.pipeline.outdir import check_junit
     from edgeport.pipeline.plan import check_judge, read_baseline
 
+    from edgeport.generative.validate import is_generative_dir, validate_generation
+
     progress = progress or (lambda _msg: None)
     directory = Path(directory)
+    if is_generative_dir(directory):  # prefill/decode artifacts: judged by the tokens they generate
+        return validate_generation(directory, judge, junit, trust_pickle, progress)
     old = check_directory(directory)
     check_judge(judge)
     check_junit(junit)

@@ -1,0 +1,57 @@
+"""manifest.json for a generative model: the forward manifest's fields (schema ``edgeport.manifest/1``,
+so existing readers keep working; the top-level inputs/outputs are decode's) plus a ``generation`` section
+with everything an app needs to drive the artifacts:
+
+- ``signatures``: each signature's inputs and outputs as the exported program has them (roles, shapes, dtypes);
+- ``artifacts``: per target x variant, the path and each signature's I/O as its runtime sees it (names,
+  runtime dtypes; each output's ``role`` says which input it feeds on the next call);
+- ``cache``: the cache tensors (layer, key/value/length, shape, dtype) and ``cache_len``;
+- ``eos_token_ids``, ``bos_token_id``, ``vocab_size``, ``prefill_lens``, how to feed each role (``feeding``);
+- ``parity_sample``: the judged prompts' ids and the reference's greedy tokens, so an app can check itself;
+- ``tokenizer``: the folder with the tokenizer files copied from the model, when it had them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeport import __version__
+
+FEEDING = {
+    "prefill_<L>": "input_ids (1, L) right-padded with 0; position_ids 0..L-1; cache_len_<l> 0. Then set every "
+                   "cache_len_<l> output to the real prompt length before the first decode.",
+    "decode": "input_ids (1, 1) = the last token; position_ids (1, 1) = its slot pos; attention_mask (1, 1, 1, C) "
+              "True (or 0.0 for a float mask) on slots 0..pos; the cache outputs of the previous call.",
+    "greedy": "next token = argmax of logits (prefill: row len(prompt) - 1); stop at an eos id or a full cache.",
+}
+
+
+def generation_manifest(spec: str, session, rows: list[dict], out_dir: Path) -> dict:
+    layout = session.layout
+    decode = layout.signatures["decode"]
+    artifacts = [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
+                  "parity_sample": None} for r in rows if r.get("artifact")]
+    tokenizer = out_dir / "tokenizer"
+    return {
+        "schema": "edgeport.manifest/1",
+        "edgeport_version": __version__,
+        "model": spec,
+        "inputs": decode["inputs"],
+        "outputs": decode["outputs"],
+        "artifacts": artifacts,
+        "generation": {
+            "task": "text-generation", "architecture": layout.architecture, "vocab_size": layout.vocab_size,
+            "num_layers": layout.num_layers, "cache_len": layout.cache_len, "prefill_lens": layout.prefill_lens,
+            "bos_token_id": layout.bos_token_id, "eos_token_ids": layout.eos_token_ids, "cache": layout.cache,
+            "signatures": layout.signatures, "feeding": FEEDING,
+            "artifacts": [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
+                           "signatures": r.get("signatures")} for r in rows if r.get("artifact")],
+            "parity_sample": parity_sample(session),
+            "tokenizer": "tokenizer" if tokenizer.is_dir() else None,
+        },
+    }
+
+
+def parity_sample(session) -> dict:
+    return {"reference": session.reference_source, "new_tokens": session.layout.gen_tokens,
+            "prompts": [{"prompt_ids": list(p), "tokens": list(r.tokens)} for p, r in zip(session.prompts, session.reference)]}

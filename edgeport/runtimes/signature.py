@@ -1,0 +1,52 @@
+"""What every generative runner is: one loaded artifact with several named signatures (``prefill_<L>``,
+``decode``), each called with named numpy arrays and answering with named numpy arrays.
+
+Names are the roles the generative layout defines (``input_ids``, ``position_ids``, ``attention_mask``,
+``cache_k_<l>``, ``cache_v_<l>``, ``cache_len_<l>``; outputs ``logits`` and the same cache names), whatever
+the artifact calls them: a runner maps its runtime's names (ONNX's ``present_*`` outputs) and dtypes (int64
+ids narrowed to int32) to the roles, so the greedy loop and the judge never branch on a target.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+class SignatureRunner:
+    """Subclasses implement ``__init__(path, threads)``, :meth:`signatures`, :meth:`run` and :meth:`io`."""
+
+    name = "default"
+    threads: int = 1
+
+    def __init__(self, path: Path, threads: int):
+        self.threads = threads
+
+    def signatures(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self, name: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def io(self) -> dict[str, dict]:
+        """``{signature: {"inputs": [...], "outputs": [...]}}`` as the runtime sees them (name, shape, dtype,
+        quantization; an output also names the ``role`` it plays, so an app knows which output feeds which
+        input on the next call): the per-artifact part of manifest.json's ``generation`` section."""
+        return {}
+
+
+def cast_to(array: np.ndarray, dtype, shape=None) -> np.ndarray:
+    """A feed in the dtype (and, for scalars/reshapes, the shape) the runtime declares."""
+    out = np.asarray(array).astype(np.dtype(dtype), copy=False)
+    if shape is not None and tuple(out.shape) != tuple(shape) and out.size == int(np.prod(shape)):
+        out = out.reshape(tuple(shape))
+    return np.asarray(out, order="C")  # not ascontiguousarray: it turns a 0-d scalar into shape (1,)
+
+
+def tensor(name: str, shape, dtype, role: str | None = None) -> dict:
+    """One manifest entry for a runtime tensor."""
+    entry = {"name": name, "shape": [int(s) for s in shape], "dtype": np.dtype(dtype).name, "quantization": None}
+    if role is not None:
+        entry["role"] = role
+    return entry

@@ -1,0 +1,259 @@
+"""Generative models end to end: tiny causal LMs (built here, saved with save_pretrained) converted with
+--task text-generation for every target, judged by the tokens they generate.
+
+The default suite converts one family (Llama) for all three targets ONCE (module fixture) and checks
+everything on it: token-exact greedy generation, signatures, manifest, `generate`, `validate` catching a
+corrupted decode graph with the right first divergence, bad input. The other families, the quantized
+variants and the LiteRT one-kv-head precision bug are `slow` (pytest -m slow tests/test_generative.py):
+LiteRT's multi-signature conversion alone takes 25-45 s per model on two cores.
+"""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import tiny_lm
+from conftest import read_report, run_cli
+
+TARGETS = ("litert", "onnx", "tpu")
+LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
+GEN_ARGS = ("--prefill-len", "4", "--prefill-len", "8", "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
+            "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1")
+
+
+def convert(model_dir, out, *extra, targets=TARGETS):
+    args = [a for t in targets for a in ("-t", t)]
+    return run_cli("convert", f"hf:{model_dir}", *args, *GEN_ARGS, *extra, "--out", out, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    root = tmp_path_factory.mktemp("generative")
+    model_dir = tiny_lm.save(tiny_lm.build("llama"), root / "llama", tokenizer=True)
+    out = root / "dist"
+    result = convert(model_dir, out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return model_dir, out, read_report(out)
+
+
+def rows_of(report):
+    return {(r["target"], r["variant"]): r for r in report["targets"]}
+
+
+def test_every_target_generates_the_reference_tokens(llama):
+    _, out, report = llama
+    assert report["generation"]["task"] == "text-generation" and report["generation"]["prompts"] == PROMPTS
+    eager = report["generation"]["eager"]
+    assert set(eager["prefill_ms"]) == {"4", "8"} and eager["decode_ms_per_token"] > 0
+    kv_bytes = 2 * 2 * (1 * 2 * CACHE * 16) * 4  # layers x (k, v) x (1, kv_heads, C, head_dim) x float32
+    for target in TARGETS:
+        row = rows_of(report)[(target, "fp32")]
+        g = row["generation"]
+        assert row["status"] == "ok" and row["parity"]["passed"], row.get("error")
+        assert g["tokens_matched"] == g["tokens_total"] == PROMPTS * NEW and g["token_agreement"] == 1.0
+        assert g["first_divergence"] is None and g["logits_max_rel_err"] < 1e-4 and g["logits_cosine_min"] > 0.99999
+        assert sorted(g["prompt_tokens"]) != [8] * PROMPTS and max(g["prompt_tokens"]) == 8  # padded prompts too
+        assert set(g["prefill_ms"]) == {"4", "8"} and g["decode_ms_per_token"] > 0 and g["tokens_per_s"] > 0
+        assert g["kv_cache_bytes"] == kv_bytes and g["peak_rss_bytes"] > 0 and g["vs_eager"] > 0
+        assert row["latency_ms"]["p50"] == pytest.approx(g["decode_ms_per_token"])
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "Text generation" in md and "decode ms/token" in md and "id='generation'" in html
+    compiles = rows_of(report)[("tpu", "fp32")]["tpu_compile"]
+    assert {c["program"] for c in compiles} == {"prefill_4", "prefill_8", "decode"} and all(c["ok"] for c in compiles)
+
+
+def test_signatures_and_manifest(llama):
+    from ai_edge_litert.interpreter import Interpreter
+
+    _, out, report = llama
+    manifest = json.loads((out / "manifest.json").read_text())
+    gen = manifest["generation"]
+    assert gen["cache_len"] == CACHE and gen["prefill_lens"] == list(LENS) and gen["eos_token_ids"] == [2]
+    assert gen["bos_token_id"] == 1 and gen["vocab_size"] == tiny_lm.VOCAB and gen["num_layers"] == 2
+    assert [c["name"] for c in gen["cache"]] == [f"cache_{k}_{l}" for l in range(2) for k in ("k", "v", "len")]
+    assert all(c["shape"] == [1, 2, CACHE, 16] for c in gen["cache"] if c["kind"] != "length")
+    assert list(gen["signatures"]) == ["prefill_4", "prefill_8", "decode"]
+    sample = gen["parity_sample"]["prompts"]
+    assert len(sample) == PROMPTS and all(len(p["tokens"]) == NEW for p in sample)
+    assert gen["tokenizer"] == "tokenizer" and (out / "tokenizer" / "tokenizer.json").is_file()
+    assert sorted(p.name for p in (out / "exported").iterdir()) == ["decode.pt2", "layout.json", "prefill_4.pt2", "prefill_8.pt2"]
+    by_target = {a["target"]: a["signatures"] for a in gen["artifacts"]}
+    litert_decode = {t["name"]: t for t in by_target["litert"]["decode"]["inputs"]}
+    assert litert_decode["input_ids"]["dtype"] == "int32" and litert_decode["attention_mask"]["dtype"] == "bool"
+    onnx_outputs = {t["name"]: t["role"] for t in by_target["onnx"]["decode"]["outputs"]}
+    assert onnx_outputs["present_k_0"] == "cache_k_0" and onnx_outputs["logits"] == "logits"
+    assert [t["name"] for t in by_target["tpu"]["prefill_4"]["inputs"]] == ["input_ids", "position_ids", "cache_len_0", "cache_len_1"]
+    tflite = out / rows_of(report)[("litert", "fp32")]["artifact"]
+    assert list(Interpreter(model_path=str(tflite)).get_signature_list()) == ["prefill_4", "prefill_8", "decode"]
+
+
+def test_exported_programs_are_token_exact_with_generate(llama):
+    """validate's reference (the saved flat programs through the loop) agrees with the model's own generate,
+    also for a prompt right-padded into a prefill and one longer than every prefill (chunked)."""
+    import transformers
+
+    from edgeport.generative.layout import Layout
+    from edgeport.generative.loop import greedy
+    from edgeport.generative.reference import ProgramRunner, generate_reference
+    from edgeport.sources.pt2_archive import load_exported_program
+
+    model_dir, out, _ = llama
+    layout = Layout.from_json(json.loads((out / "exported" / "layout.json").read_text()))
+    runner = ProgramRunner({n: load_exported_program(out / "exported" / f"{n}.pt2") for n in layout.signatures})
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    prompts = [[5, 9, 13], [7] * 8, list(range(20, 31))]
+    for prompt, ref in zip(prompts, generate_reference(model, prompts, NEW, CACHE)):
+        got = greedy(runner, layout, prompt, NEW)
+        assert got.tokens == ref.tokens
+        np.testing.assert_allclose(got.logits, ref.logits, atol=1e-4 * np.abs(ref.logits).max())
+
+
+def test_generate_command(llama):
+    _, out, _ = llama
+    manifest = json.loads((out / "manifest.json").read_text())
+    sample = manifest["generation"]["parity_sample"]["prompts"][0]
+    ids = ",".join(map(str, sample["prompt_ids"]))
+    result = run_cli("generate", out, "-t", "onnx", "--prompt-ids", ids, "--max-new", str(NEW), "--json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = sample["tokens"][: sample["tokens"].index(2) + 1] if 2 in sample["tokens"] else sample["tokens"]
+    assert got["tokens"] == expected and got["variant"] == "fp32"
+    result = run_cli("generate", out, "-t", "litert", "--prompt", "w5 w17 w9", "--max-new", "3")
+    assert result.returncode == 0, result.stderr
+    assert "ids: " in result.stdout and "text: " in result.stdout
+
+
+def corrupt_onnx_lm_head(graph_path):
+    """Negate the lm_head weight of one ONNX graph: its argmax becomes the reference's argmin."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(graph_path))
+    producer = next(n for n in model.graph.node if "logits" in n.output)
+    weights = {i.name: i for i in model.graph.initializer}
+    name = next(i for i in producer.input if i in weights)
+    weights[name].CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(weights[name]), name))
+    onnx.save(model, str(graph_path))
+
+
+def test_validate_catches_a_corrupted_decode_graph(llama, tmp_path):
+    _, out, report = llama
+    copy = tmp_path / "dist"
+    shutil.copytree(out, copy)
+    corrupt_onnx_lm_head(copy / rows_of(report)[("onnx", "fp32")]["artifact"] / "decode.onnx")
+    result = run_cli("validate", copy, "--samples", str(PROMPTS), "--no-latency")
+    assert result.returncode == 1, result.stdout + result.stderr
+    after = rows_of(read_report(copy))
+    reference = json.loads((copy / "manifest.json").read_text())["generation"]["parity_sample"]["prompts"]
+    div = after[("onnx", "fp32")]["generation"]["first_divergence"]
+    # prefill (step 0) is intact; the first decode step is where the corrupted graph first speaks
+    assert div["prompt"] == 0 and div["step"] == 1 and div["expected"] == reference[0]["tokens"][1] != div["got"]
+    assert after[("onnx", "fp32")]["status"] == "failed" and "changed since conversion" in after[("onnx", "fp32")]["error"]
+    assert "first divergence: prompt 0 step 1" in after[("onnx", "fp32")]["error"]
+    assert all(after[(t, "fp32")]["status"] == "ok" for t in ("litert", "tpu"))
+    assert read_report(copy)["generation"]["reference"].startswith("the exported programs")
+
+
+def test_bad_input_is_one_line(llama, tmp_path):
+    """Each exit 2 with one line: through the CLI for a plan-time check and for `generate`."""
+    model_dir, out, _ = llama
+    cases = [
+        (("convert", f"hf:{model_dir}", "--prefill-len", "8", "--cache-len", "4", "--out", tmp_path / "a"),
+         "--cache-len 4 is smaller than --prefill-len 8"),
+        (("generate", tmp_path, "-t", "onnx", "--prompt-ids", "1,2"), "holds no generative artifacts"),
+        (("generate", out, "-t", "onnx", "--prompt-ids", f"1,{tiny_lm.VOCAB}"), "outside the vocabulary"),
+    ]
+    for args, message in cases:
+        result = run_cli(*args)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "a").exists()
+
+
+def test_plan_refuses_before_loading(llama, tmp_path):
+    """Plan-time UsageErrors (exit 2 through the CLI, as above), checked in-process: no model loads."""
+    from edgeport import api
+    from edgeport.errors import UsageError
+    from edgeport.generative.generate import generate
+
+    model_dir, out, _ = llama
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"architectures": ["BertModel"], "model_type": "bert"}))
+    cases = [
+        (dict(model=f"hf:{bert}", task="text-generation"), "needs a causal language model"),
+        (dict(model=f"hf:{bert}", prefill_lens=[8]), "--prefill-len applies to --task text-generation"),
+        (dict(model=f"{tmp_path}/m.py:build", task="text-generation"), "needs a causal language model"),
+        (dict(model=f"hf:{model_dir}", quantize=["int8"]), "not offered for text-generation"),
+        (dict(model=f"hf:{model_dir}", prefill_lens=[8], gen_tokens=20, cache_len=24), "but not --gen-tokens 20 more"),
+        (dict(model=f"hf:{model_dir}", cache_len=1000), "exceeds the model's 128 positions"),
+        (dict(model=f"hf:{model_dir}", dynamic=["batch"]), "--dynamic does not apply"),
+        (dict(model=f"hf:{model_dir}", budgets=["onnx.int4-block32.cosine_min=0.9"]), "has no variant 'int4-block32'"),
+        (dict(model=f"hf:{model_dir}", task="juggle"), "unknown --task"),
+    ]
+    for options, message in cases:
+        with pytest.raises(UsageError, match=re.escape(message)):
+            api.convert(api.convert_options(out=tmp_path / "o", targets=["onnx"], **options))
+    with pytest.raises(UsageError, match="expected comma-separated token ids"):
+        generate(out, "onnx", None, "1,x", None, 3)
+    with pytest.raises(UsageError, match="has no onnx 'bf16' artifact"):
+        generate(out, "onnx", "bf16", "1,2", None, 3)
+    with pytest.raises(UsageError, match="needs 30 cache slots"):
+        generate(out, "onnx", None, "1,2", None, 28)
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------------- slow
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2", "gpt2", "gemma"])
+def test_family_matrix_token_exact(family, tmp_path):
+    """Every family on every target (Llama is the default suite's). Qwen2's mask is named
+    attention_mask_full_attention; GPT-2 orders the cache before the mask; Gemma scales its embeddings."""
+    model_dir = tiny_lm.save(tiny_lm.build(family), tmp_path / family)
+    result = convert(model_dir, tmp_path / "out", "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for target in TARGETS:
+        g = rows_of(read_report(tmp_path / "out"))[(target, "fp32")]["generation"]
+        assert g["token_agreement"] == 1.0 and g["first_divergence"] is None and g["logits_max_rel_err"] < 1e-4
+
+
+@pytest.mark.slow
+def test_litert_one_kv_head_precision_bug_is_reported(tmp_path):
+    """litert-torch 0.10 mis-converts attention with ONE kv head (MQA: Gemma-2B, Falcon, ...): logits are
+    off by ~3e-3 of their scale (a plain forward shows it too, so it is not the cache path). Tokens still
+    match on this model, but the fp32 logits budget fails on LiteRT, and only there: the report says so per
+    target instead of the budget being loosened for everyone. If this test starts failing because LiteRT
+    is within budget, the converter was fixed: drop the README caveat."""
+    model_dir = tiny_lm.save(tiny_lm.build("gemma", kv_heads=1), tmp_path / "gemma_mqa")
+    result = convert(model_dir, tmp_path / "out", "--no-latency", targets=("litert", "onnx"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = rows_of(read_report(tmp_path / "out"))
+    litert, onnx = rows[("litert", "fp32")], rows[("onnx", "fp32")]
+    assert litert["status"] == "failed" and "max_rel_err" in litert["error"] and litert["generation"]["token_agreement"] == 1.0
+    assert litert["generation"]["logits_max_rel_err"] > 1e-4 and onnx["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_quantized_variants_are_judged_on_tokens_and_cosine(tmp_path):
+    """A decisive ('peaky') model, so token agreement measures the quantizer rather than the near-ties of
+    random weights (see tiny_lm.peaky). fp16, int8 and bf16 pass the default budgets (>= 0.9 of the tokens,
+    cosine). int4-block32 (dynamic-range, blocks of 32) keeps cosine > 0.95 but flips a token on this
+    64-wide model now and then, so its agreement budget is set to 0.5 here; its padding row's all-zero
+    blocks would make XNNPACK refuse the model (scale 0), which the converter repairs."""
+    model_dir = tiny_lm.save(tiny_lm.peaky(tiny_lm.build("llama")), tmp_path / "peaky")
+    variants = ("fp16", "dynamic-int8", "weight-int8", "int4-block32", "bf16")
+    result = convert(model_dir, tmp_path / "out", "--no-latency", *[a for v in variants for a in ("-q", v)],
+                     "--budget", "int4-block32.token_agreement_min=0.5")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = rows_of(read_report(tmp_path / "out"))
+    assert {("litert", v) for v in variants[:4]} | {("onnx", "dynamic-int8"), ("tpu", "bf16")} <= set(rows)
+    for key, row in rows.items():
+        assert row["status"] == "ok" and row["generation"]["logits_cosine_min"] > 0.95, key
+        assert row["parity"]["budget"]["token_agreement_min"] == (1.0 if key[1] == "fp32" else 0.5 if key[1] == "int4-block32" else 0.9)
+    assert rows[("litert", "int4-block32")]["zero_scale_blocks_fixed"] > 0
+    sizes = [rows[("litert", v)]["size_bytes"] for v in ("fp32", "fp16", "weight-int8", "int4-block32")]
+    assert sizes == sorted(sizes, reverse=True)

@@ -1,0 +1,71 @@
+"""Tiny random-init causal LMs for the generative tests, built from configs and saved with save_pretrained
+(nothing downloads).
+
+Two choices every family shares, each from what a useless test looks like otherwise:
+- untied embeddings: a tiny random model with a tied lm_head predicts the token it was fed, so greedy
+  generation repeats the last prompt token forever and agrees with anything;
+- bos/eos/pad ids inside the small vocabulary (GPT-2's default 50256 is not a token of a 256-word model).
+
+:func:`peaky` makes a model whose greedy choice is decisive (lm_head = a scaled, permuted copy of the
+embedding: the next token is a fixed permutation of the current one, by a margin of ~half the logit scale).
+Random tiny models have top-1/top-2 logit gaps of ~1e-3, so any quantization flips their tokens within a
+step or two and token agreement says nothing about the quantizer; on this one it does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+VOCAB = 256
+SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+
+
+def config(family: str, kv_heads: int = 2):
+    import transformers as T
+
+    common = dict(vocab_size=VOCAB, tie_word_embeddings=False, **SPECIAL)
+    if family == "gpt2":
+        return T.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=128, **common)
+    llama_like = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=kv_heads, max_position_embeddings=128, **common)
+    if family == "gemma":
+        return T.GemmaConfig(head_dim=16, **llama_like)
+    return {"llama": T.LlamaConfig, "qwen2": T.Qwen2Config}[family](**llama_like)
+
+
+def build(family: str, seed: int = 0, kv_heads: int = 2):
+    import torch
+    import transformers as T
+
+    torch.manual_seed(seed)
+    return T.AutoModelForCausalLM.from_config(config(family, kv_heads)).eval()
+
+
+def peaky(model, seed: int = 0, scale: float = 40.0):
+    """lm_head <- scale * E[perm] / |E|^2: logits favour perm(current token) by a wide margin."""
+    import torch
+
+    embed = model.get_input_embeddings().weight.detach()
+    perm = torch.randperm(embed.shape[0], generator=torch.Generator().manual_seed(seed))
+    head = model.get_output_embeddings()
+    with torch.no_grad():
+        head.weight.copy_(scale * embed[perm] / embed.norm(dim=1).pow(2).mean())
+    return model
+
+
+def word_tokenizer():
+    """A word-level tokenizer over the tiny vocabulary ("w3" -> 3), built offline with `tokenizers`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+def save(model, path: Path, tokenizer: bool = False) -> Path:
+    model.save_pretrained(path)
+    if tokenizer:
+        word_tokenizer().save_pretrained(path)
+    return path
