@@ -29,6 +29,8 @@ def convert(
     seed: int = SEED_OPTION,
     data: Optional[str] = DATA_OPTION,
     calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="int8 calibration inputs (same forms as --data)"),
+    fallback: Optional[str] = typer.Option(None, "--fallback", help="float: a quantized variant over budget keeps its most int8-sensitive layers in float until it passes"),
+    fallback_max: Optional[str] = typer.Option(None, "--fallback-max", help="most layers --fallback may keep float: a share of the quantizable layers (default 25%) or a count"),
     no_latency: bool = NO_LATENCY_OPTION,
     force: bool = typer.Option(False, "--force", help="replace an --out directory edgeport wrote before"),
     junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in --out)"),
@@ -52,7 +54,7 @@ def convert(
         trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit,
         threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
         budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
-        calibration_data=calibration_data, target_options=target_options)
+        calibration_data=calibration_data, target_options=target_options, fallback=fallback, fallback_max=fallback_max)
     result = with_progress(lambda progress: api.convert(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)

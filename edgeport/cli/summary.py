@@ -15,10 +15,10 @@ import typer
 
 
 def print_summary(report: dict, out: Path) -> None:
-    from edgeport.validate.render import HEADERS, summary_rows, target_sections
+    from edgeport.validate.render import HEADERS, report_sections, summary_rows
 
     tables = [(f"edgeport — {report['model']['spec']}", HEADERS, summary_rows(report))]
-    tables += [(s.title, s.headers, s.rows) for s in target_sections(report)]
+    tables += [(s.title, s.headers, s.rows) for s in report_sections(report)]
     for title, headers, rows in tables:
         print_table(title, headers, rows)
     for r in report["targets"]:  # errors and regressions here; notes are in the report files

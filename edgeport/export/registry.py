@@ -94,6 +94,19 @@ def no_sections(row: dict) -> list[ReportSection]:
 
 
 @dataclass(frozen=True)
+class FallbackSupport:
+    """The target's quantizer can keep chosen layers in float: its ``convert`` honours
+    ``job.options["float_layers"]`` (layer ids, :mod:`edgeport.quantize.layers`) for these variants, and
+    ``prepare(job)`` calibrates once and returns a :class:`edgeport.quantize.layers.LayerQuantizer` that the
+    search (:mod:`edgeport.quantize`) asks for candidates. ``layers(program, variant)`` lists what can stay
+    float (cheap: no conversion)."""
+
+    variants: dict[str, str] = field(hash=False)   # variant -> its quantization scheme, as the report states it
+    layers: Callable[[Any, str], list]
+    prepare: Callable[[ConvertJob], Any]
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     description: str
@@ -111,6 +124,7 @@ class Target:
     # thread_sweep=False: the runtime ignores the thread count (XLA CPU sizes its own pool)
     thread_sweep: bool = True
     report_sections: Callable[[dict], list[ReportSection]] = no_sections
+    float_fallback: FallbackSupport | None = None   # quantized variants that can keep layers in float
 
     def __post_init__(self):
         from edgeport.export.rewrites import check_known
@@ -120,6 +134,9 @@ class Target:
     @property
     def default_variant(self) -> str:
         return self.variants[0]
+
+    def can_keep_float(self, variant: str) -> bool:
+        return self.float_fallback is not None and variant in self.float_fallback.variants
 
     def load_runner(self, path: Path, threads: int) -> BaseRunner:
         return self.runners[0](path, threads)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from edgeport.diagnostics import first_line
 from edgeport.pipeline.options import JudgeOptions
+from edgeport.quantize.policy import FallbackPolicy
 
 
 class RewriteCache:
@@ -55,6 +56,7 @@ class Session:
     target_options: dict = field(default_factory=dict)
     dynamic: tuple = ()
     rewrites: RewriteCache | None = None
+    fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # what a quantized row over budget may do
 
     @classmethod
     def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":

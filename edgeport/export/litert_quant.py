@@ -1,0 +1,256 @@
+"""LiteRT int8 with chosen layers kept in float, and the fast candidate runs the fallback search asks for.
+
+Static int8 (PT2E): litert-torch's ``PT2EQuantizer`` cannot leave a layer float on this stack — its
+module-name filter drops the first character of every name (torch 2.13 keys are ``L__self__fc1``, it strips
+10 characters), ``set_module_type`` compares a class with the type *string* torch now stores, and a ``None``
+config is refused. So edgeport owns the filter: :func:`pt2e_quantizer` annotates the program's nodes through
+a predicate on their FX names. The converted PT2E module (q/dq ops, ``fold_quantize=False``) computes what the
+``.tflite`` computes (cosine 0.9998 between the two on the probe models), so the search runs it in torch and
+converts once at the end; the result is then judged on the real ``.tflite``.
+
+Dynamic int8 is ai-edge-quantizer on the fp32 ``.tflite`` — exactly what litert-torch's
+``full_dynamic_recipe`` runs — with ``NO_QUANTIZE`` for the float layers. Its recipes select ops by a regex on
+the op's output tensor names, which litert-torch derives from module paths and fuses (``A;;B``), so they are
+neither unique nor stable; each weighted op's output tensor is therefore tagged ``[edgeport:N]`` for the
+quantizer and untagged afterwards. Ops are matched to FX layers in graph order by kind and weight size.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from edgeport.quantize.layers import QuantLayer, fx_layers, owners, weight_numel
+
+CONV = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "convolution")
+MATMUL = ("linear", "addmm", "matmul", "mm", "bmm")
+STATIC_OPS = ("linear", "addmm", "conv1d", "conv2d")          # the weighted ops PT2E's annotators quantize
+TFL_KINDS = {"FULLY_CONNECTED": MATMUL, "BATCH_MATMUL": MATMUL, "CONV_2D": CONV, "DEPTHWISE_CONV_2D": CONV,
+             "CONV_3D": CONV, "TRANSPOSE_CONV": CONV}
+TAG = re.compile(r"^\[edgeport:\d+\]")
+SCHEMES = {"int8": "static int8 (PT2E: per-channel int8 weights, calibrated int8 activations)",
+           "dynamic-int8": "dynamic int8 (ai-edge-quantizer: channelwise int8 weights, activations quantized at run time)"}
+
+
+def layers(program, variant: str) -> list[QuantLayer]:
+    return fx_layers(program, STATIC_OPS if variant == "int8" else MATMUL + CONV, weighted=variant != "int8")
+
+
+def program_module(job):
+    """The module litert-torch converts and its example args (``--nhwc``: channel-last image inputs)."""
+    import litert_torch
+
+    module = job.program.module()
+    module.training = False  # the program was exported in eval mode; .eval() is refused on it, the flag is not
+    args = tuple(job.example_inputs)
+    if job.options.get("nhwc"):
+        image_args = [i for i, x in enumerate(args) if x.dim() == 4]
+        if not image_args:
+            job.notes.append("--nhwc ignored: the model has no 4-D input")
+        else:
+            module = litert_torch.to_channel_last_io(module, args=image_args)
+            args = tuple(channel_last(x) for x in args)
+    return module, args
+
+
+def channel_last(x):
+    return x.permute(0, 2, 3, 1).contiguous() if x.dim() == 4 else x
+
+
+def torch_args(sample, job) -> list:
+    from edgeport.runtimes.torch_eager import to_torch
+
+    args = [to_torch(a, i.dtype) for a, i in zip(sample, job.signature.inputs)]
+    return [channel_last(x) for x in args] if job.options.get("nhwc") else args
+
+
+def float_filter(job) -> Callable | None:
+    """PT2E node predicate keeping ``job.options["float_layers"]`` (and the ops fused into them) float."""
+    wanted = set(job.options.get("float_layers") or [])
+    if not wanted:
+        return None
+    owner = owners(job.program, sorted(wanted))
+    return lambda node: owner.get(node.name) not in wanted
+
+
+def pt2e_quantizer(keep: Callable | None):
+    """litert-torch's static int8 quantizer (per-channel weights), annotating only nodes ``keep`` accepts."""
+    from litert_torch.quantize import pt2e_quantizer as pq
+
+    class LayerFilterQuantizer(pq.PT2EQuantizer):
+        """The stock global config through edgeport's own node filter (see the module docstring)."""
+
+        def _annotate_for_static_quantization_config(self, model):
+            return self._annotate_all_static_patterns(model, self.global_config, keep)
+
+    quantizer = LayerFilterQuantizer() if keep is not None else pq.PT2EQuantizer()
+    return quantizer.set_global(pq.get_symmetric_quantization_config(is_per_channel=True))
+
+
+def pt2e_int8(module, job, keep: Callable | None = None):
+    """PT2E static int8: observe activations on the calibration samples, then convert with fake quant kept
+    unfolded so litert-torch lowers real int8 kernels. Returns (converted module, QuantConfig)."""
+    import torch
+    from litert_torch.quantize import quant_config
+    from torchao.quantization.pt2e import quantize_pt2e
+
+    quantizer = pt2e_quantizer(keep)
+    prepared = quantize_pt2e.prepare_pt2e(module, quantizer)
+    samples = job.options.get("calibration") or [[x.numpy() for x in job.example_inputs]]
+    with torch.no_grad():
+        for sample in samples:
+            prepared(*torch_args(sample, job))
+    converted = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
+    return converted, quant_config.QuantConfig(pt2e_quantizer=quantizer)
+
+
+class Pt2eSimulator:
+    """Static int8 candidates run in torch: the converted PT2E module of each (see the module docstring)."""
+
+    measured = "simulation"
+
+    def __init__(self, job):
+        from dataclasses import replace
+
+        self.job = replace(job, notes=[])
+        self.layers = layers(job.program, "int8")
+        self.owner = owners(job.program, [layer.id for layer in self.layers])
+
+    def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
+        import torch
+
+        from edgeport.runtimes.torch_eager import flatten_outputs, to_numpy
+
+        floating = set(float_layers)
+        keep = (lambda n: self.owner.get(n.name) == only) if only else (lambda n: self.owner.get(n.name) not in floating)
+        converted, _ = pt2e_int8(program_module(self.job)[0], self.job, keep)
+        with torch.no_grad():
+            return [[to_numpy(t) for t in flatten_outputs(converted(*torch_args(s, self.job)))] for s in samples]
+
+    def close(self) -> None:
+        pass
+
+
+def fp32_flatbuffer(job) -> bytes:
+    """The fp32 ``.tflite`` of the program: the one the fp32 row wrote, or a fresh conversion."""
+    import litert_torch
+
+    written = job.out_dir / "model_fp32.tflite"
+    if written.is_file():
+        return written.read_bytes()
+    module, args = program_module(job)
+    return bytes(litert_torch.convert(module, args).model_content())
+
+
+def weighted_ops(model) -> list[tuple[int, str, int]]:
+    """(op index, op name, weight elements) of subgraph 0's ops that carry a constant weight."""
+    import numpy as np
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    graph, found = model.subgraphs[0], []
+    for index, op in enumerate(graph.operators or []):
+        code = model.operatorCodes[op.opcodeIndex]
+        name = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
+        weights = [graph.tensors[i] for i in list(op.inputs)[1:2] if i >= 0]
+        if name in TFL_KINDS and weights and model.buffers[weights[0].buffer].data is not None:
+            found.append((index, name, int(np.prod(weights[0].shape))))
+    return found
+
+
+def match_ops(program, candidates: list[QuantLayer], ops: list[tuple[int, str, int]]) -> dict[str, int]:
+    """Layer id -> op index: in graph order, the first unclaimed op of a matching kind and weight size."""
+    claimed: set[int] = set()
+    result = {}
+    for layer in candidates:
+        numel = weight_numel(program, layer.id)
+        hit = next((i for i, name, n in ops if i not in claimed and layer.op in TFL_KINDS[name] and n == numel), None)
+        if hit is not None:
+            claimed.add(hit)
+            result[layer.id] = hit
+    return result
+
+
+def tag(model, indices) -> None:
+    """Give each op's output tensors a unique prefix the quantizer's regexes can select."""
+    graph = model.subgraphs[0]
+    for index in indices:
+        for t in graph.operators[index].outputs:
+            name = graph.tensors[t].name
+            graph.tensors[t].name = f"[edgeport:{index}]".encode() + (name if isinstance(name, bytes) else name.encode())
+
+
+def untag(content: bytes) -> bytes:
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(content)
+    for graph in model.subgraphs:
+        for tensor in graph.tensors:
+            name = tensor.name.decode() if isinstance(tensor.name, bytes) else tensor.name
+            tensor.name = TAG.sub("", name or "").encode()
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+class DynamicQuantizer:
+    """Dynamic int8 through ai-edge-quantizer on the tagged fp32 flatbuffer; each candidate is the real
+    quantized ``.tflite``, run in the LiteRT interpreter."""
+
+    measured = "artifact"
+
+    def __init__(self, job):
+        from ai_edge_litert.tools import flatbuffer_utils
+
+        model = flatbuffer_utils.read_model_from_bytearray(fp32_flatbuffer(job))
+        candidates = layers(job.program, "dynamic-int8")
+        self.ops = match_ops(job.program, candidates, weighted_ops(model))
+        self.layers = [c for c in candidates if c.id in self.ops]
+        tag(model, self.ops.values())
+        self.content = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+        self.tmp = Path(tempfile.mkdtemp(prefix="edgeport-fallback-"))
+
+    def quantize(self, float_layers: Sequence[str] = (), only: str | None = None) -> bytes:
+        from ai_edge_quantizer import qtyping, quantizer
+        from ai_edge_quantizer.algorithm_manager import AlgorithmName
+        from litert_torch.generative.quantize import quant_recipes
+        from litert_torch.quantize import translate_recipe
+
+        recipe = translate_recipe.translate_to_ai_edge_recipe(quant_recipes.full_dynamic_recipe().generative_recipe)
+        if only is not None:
+            recipe = [{**entry, "regex": re.escape(f"[edgeport:{self.ops[only]}]")} for entry in recipe]
+        q = quantizer.Quantizer(self.content, recipe)
+        for layer in float_layers:
+            if layer in self.ops:
+                q.update_quantization_recipe(regex=re.escape(f"[edgeport:{self.ops[layer]}]"),
+                                             operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
+                                             algorithm_key=AlgorithmName.NO_QUANTIZE)
+        return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
+
+    def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
+        from edgeport.runtimes.litert import LiteRTRunner
+
+        path = self.tmp / "candidate.tflite"
+        path.write_bytes(self.quantize(float_layers, only))
+        runner = LiteRTRunner(path, 1)
+        return [runner.run(sample) for sample in samples]
+
+    def close(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def dynamic_with_float_layers(job) -> bytes:
+    """The dynamic-int8 flatbuffer with ``job.options["float_layers"]`` kept float."""
+    quantizer = DynamicQuantizer(job)
+    try:
+        missing = [layer for layer in job.options["float_layers"] if layer not in quantizer.ops]
+        if missing:
+            job.notes.append(f"float layers without a weighted LiteRT op (left as they are): {', '.join(missing)}")
+        return untag(quantizer.quantize(job.options["float_layers"]))
+    finally:
+        quantizer.close()
+
+
+def prepare(job):
+    return Pt2eSimulator(job) if job.variant == "int8" else DynamicQuantizer(job)
