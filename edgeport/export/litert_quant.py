@@ -4,15 +4,18 @@ Static int8 (PT2E): litert-torch's ``PT2EQuantizer`` cannot leave a layer float 
 module-name filter drops the first character of every name (torch 2.13 keys are ``L__self__fc1``, it strips
 10 characters), ``set_module_type`` compares a class with the type *string* torch now stores, and a ``None``
 config is refused. So edgeport owns the filter: :func:`pt2e_quantizer` annotates the program's nodes through
-a predicate on their FX names. The converted PT2E module (q/dq ops, ``fold_quantize=False``) computes what the
-``.tflite`` computes (cosine 0.9998 between the two on the probe models), so the search runs it in torch and
-converts once at the end; the result is then judged on the real ``.tflite``.
+a predicate on their FX names, and the shipped artifact stays PT2E's.
 
-Dynamic int8 is ai-edge-quantizer on the fp32 ``.tflite`` — exactly what litert-torch's
-``full_dynamic_recipe`` runs — with ``NO_QUANTIZE`` for the float layers. Its recipes select ops by a regex on
-the op's output tensor names, which litert-torch derives from module paths and fuses (``A;;B``), so they are
-neither unique nor stable; each weighted op's output tensor is therefore tagged ``[edgeport:N]`` for the
-quantizer and untagged afterwards. Ops are matched to FX layers in graph order by kind and weight size.
+Candidates are quantized by ai-edge-quantizer on the fp32 ``.tflite`` instead, without re-converting: for
+dynamic int8 that *is* what litert-torch's ``full_dynamic_recipe`` runs (so candidates are real artifacts);
+for static int8 it is a simulation of PT2E — same scheme (per-channel symmetric int8 weights, min/max int8
+activations over the calibration samples, on the op types PT2E annotates) and within cosine 0.9999 of PT2E's
+``.tflite`` on the probe models, MobileNetV2 and a text encoder — whose winner is then built by PT2E and judged
+for real. (PT2E's own converted q/dq module in torch is as faithful but took ~60 s per MobileNetV2 candidate
+here against ~0.5 s.) Recipes select ops by a regex on the op's output tensor names, which litert-torch
+derives from module paths and fuses (``A;;B``), so they are neither unique nor stable; each weighted op's
+output tensor is therefore tagged ``[edgeport:N]`` for the quantizer and untagged afterwards. Ops are matched to
+FX layers in graph order by kind and weight size.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from edgeport.quantize.layers import QuantLayer, fx_layers, owners, weight_numel
 CONV = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "convolution")
 MATMUL = ("linear", "addmm", "matmul", "mm", "bmm")
 STATIC_OPS = ("linear", "addmm", "conv1d", "conv2d")          # the weighted ops PT2E's annotators quantize
+# the LiteRT ops PT2E's static annotators (linear, conv, add, mul, cat, pools) become
+STATIC_TFL_OPS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MUL", "CONCATENATION", "MAX_POOL_2D",
+                  "AVERAGE_POOL_2D")
 TFL_KINDS = {"FULLY_CONNECTED": MATMUL, "BATCH_MATMUL": MATMUL, "CONV_2D": CONV, "DEPTHWISE_CONV_2D": CONV,
              "CONV_3D": CONV, "TRANSPOSE_CONV": CONV}
 TAG = re.compile(r"^\[edgeport:\d+\]")
@@ -107,33 +113,6 @@ def pt2e_int8(module, job, keep: Callable | None = None):
     return converted, quant_config.QuantConfig(pt2e_quantizer=quantizer)
 
 
-class Pt2eSimulator:
-    """Static int8 candidates run in torch: the converted PT2E module of each (see the module docstring)."""
-
-    measured = "simulation"
-
-    def __init__(self, job):
-        from dataclasses import replace
-
-        self.job = replace(job, notes=[])
-        self.layers = layers(job.program, "int8")
-        self.owner = owners(job.program, [layer.id for layer in self.layers])
-
-    def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
-        import torch
-
-        from edgeport.runtimes.torch_eager import flatten_outputs, to_numpy
-
-        floating = set(float_layers)
-        keep = (lambda n: self.owner.get(n.name) == only) if only else (lambda n: self.owner.get(n.name) not in floating)
-        converted, _ = pt2e_int8(program_module(self.job)[0], self.job, keep)
-        with torch.no_grad():
-            return [[to_numpy(t) for t in flatten_outputs(converted(*torch_args(s, self.job)))] for s in samples]
-
-    def close(self) -> None:
-        pass
-
-
 def fp32_flatbuffer(job) -> bytes:
     """The fp32 ``.tflite`` of the program: the one the fp32 row wrote, or a fresh conversion."""
     import litert_torch
@@ -194,39 +173,49 @@ def untag(content: bytes) -> bytes:
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
-class DynamicQuantizer:
-    """Dynamic int8 through ai-edge-quantizer on the tagged fp32 flatbuffer; each candidate is the real
-    quantized ``.tflite``, run in the LiteRT interpreter."""
-
-    measured = "artifact"
+class AeqQuantizer:
+    """Candidates through ai-edge-quantizer on the tagged fp32 flatbuffer, run in the LiteRT interpreter
+    (static int8: calibrated once, min/max over every calibration sample)."""
 
     def __init__(self, job):
         from ai_edge_litert.tools import flatbuffer_utils
 
+        self.static = job.variant == "int8"
+        self.measured = "simulation" if self.static else "artifact"
         model = flatbuffer_utils.read_model_from_bytearray(fp32_flatbuffer(job))
-        candidates = layers(job.program, "dynamic-int8")
+        candidates = layers(job.program, job.variant)
         self.ops = match_ops(job.program, candidates, weighted_ops(model))
         self.layers = [c for c in candidates if c.id in self.ops]
         tag(model, self.ops.values())
         self.content = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
         self.tmp = Path(tempfile.mkdtemp(prefix="edgeport-fallback-"))
+        self.qsvs = calibrate(self.content, self.tmp, job, self.recipe(".*")) if self.static else None
+
+    def recipe(self, regex: str) -> list:
+        """The variant's recipe on the ops ``regex`` selects: litert-torch's own dynamic recipe, or static
+        int8 on the op types PT2E quantizes."""
+        from ai_edge_quantizer import quantizer, qtyping
+        from litert_torch.generative.quantize import quant_recipes
+        from litert_torch.quantize import translate_recipe
+
+        if not self.static:
+            dynamic = translate_recipe.translate_to_ai_edge_recipe(quant_recipes.full_dynamic_recipe().generative_recipe)
+            return [{**entry, "regex": regex} for entry in dynamic]
+        q = quantizer.Quantizer(self.content)
+        for op in STATIC_TFL_OPS:
+            q.add_static_config(regex, getattr(qtyping.TFLOperationName, op), 8, 8)
+        return q.get_quantization_recipe()
 
     def quantize(self, float_layers: Sequence[str] = (), only: str | None = None) -> bytes:
         from ai_edge_quantizer import qtyping, quantizer
         from ai_edge_quantizer.algorithm_manager import AlgorithmName
-        from litert_torch.generative.quantize import quant_recipes
-        from litert_torch.quantize import translate_recipe
 
-        recipe = translate_recipe.translate_to_ai_edge_recipe(quant_recipes.full_dynamic_recipe().generative_recipe)
-        if only is not None:
-            recipe = [{**entry, "regex": re.escape(f"[edgeport:{self.ops[only]}]")} for entry in recipe]
-        q = quantizer.Quantizer(self.content, recipe)
+        q = quantizer.Quantizer(self.content, self.recipe(".*" if only is None else _regex(self.ops[only])))
         for layer in float_layers:
             if layer in self.ops:
-                q.update_quantization_recipe(regex=re.escape(f"[edgeport:{self.ops[layer]}]"),
-                                             operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
-                                             algorithm_key=AlgorithmName.NO_QUANTIZE)
-        return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
+                q.update_quantization_recipe(regex=_regex(self.ops[layer]), algorithm_key=AlgorithmName.NO_QUANTIZE,
+                                             operation_name=qtyping.TFLOperationName.ALL_SUPPORTED)
+        return bytes(q.quantize(self.qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
     def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
         from edgeport.runtimes.litert import LiteRTRunner
@@ -240,9 +229,34 @@ class DynamicQuantizer:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def _regex(op_index: int) -> str:
+    return re.escape(f"[edgeport:{op_index}]")
+
+
+def calibrate(content: bytes, tmp: Path, job, recipe: list) -> dict:
+    """Activation ranges of every tensor: min/max over all calibration samples (ai-edge-quantizer's default
+    update is a moving average of per-sample ranges: with one sample per batch, held-out inputs then clip)."""
+    import numpy as np
+    from ai_edge_quantizer import calibrator, recipe_manager
+
+    from edgeport.runtimes.litert import LiteRTRunner
+
+    def minmax(old, new):
+        return new if not old else {**new, "min": np.minimum(old["min"], new["min"]), "max": np.maximum(old["max"], new["max"])}
+
+    (tmp / "fp32.tflite").write_bytes(content)
+    runner = LiteRTRunner(tmp / "fp32.tflite", 1)
+    samples = job.options.get("calibration") or [[x.numpy() for x in job.example_inputs]]
+    manager = recipe_manager.RecipeManager()
+    manager.load_quantization_recipe(recipe)
+    c = calibrator.Calibrator(content, num_threads=1, qsv_update_func=minmax)
+    c.calibrate({"serving_default": [runner.feeds(s) for s in samples]}, manager)
+    return c.get_model_qsvs()
+
+
 def dynamic_with_float_layers(job) -> bytes:
     """The dynamic-int8 flatbuffer with ``job.options["float_layers"]`` kept float."""
-    quantizer = DynamicQuantizer(job)
+    quantizer = AeqQuantizer(job)
     try:
         missing = [layer for layer in job.options["float_layers"] if layer not in quantizer.ops]
         if missing:
@@ -252,5 +266,5 @@ def dynamic_with_float_layers(job) -> bytes:
         quantizer.close()
 
 
-def prepare(job):
-    return Pt2eSimulator(job) if job.variant == "int8" else DynamicQuantizer(job)
+def prepare(job) -> AeqQuantizer:
+    return AeqQuantizer(job)
