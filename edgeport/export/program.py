@@ -108,7 +108,7 @@ def fingerprint(program, signature: Signature) -> dict:
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
             weights.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-            weights.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+            weights.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")  # 0-dim too (BatchNorm's num_batches_tracked)
     return {"graph_sha256": graph, "weights_sha256": weights.hexdigest(),
             "signature": {"inputs": [i.to_json() for i in signature.inputs],
                           "outputs": [o.to_json() for o in signature.outputs]}}
