@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-from edgeport.quantize.layers import QuantLayer, fx_layers, owners, weight_numel
+from edgeport.quantize.layers import QuantLayer, fx_layers, owners, weight_shape
 
 CONV = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "convolution")
 MATMUL = ("linear", "addmm", "matmul", "mm", "bmm")
@@ -124,9 +124,8 @@ def fp32_flatbuffer(job) -> bytes:
     return bytes(litert_torch.convert(module, args).model_content())
 
 
-def weighted_ops(model) -> list[tuple[int, str, int]]:
-    """(op index, op name, weight elements) of subgraph 0's ops that carry a constant weight."""
-    import numpy as np
+def weighted_ops(model) -> list[tuple[int, str, tuple]]:
+    """(op index, op name, weight signature) of subgraph 0's ops that carry a constant weight."""
     from ai_edge_litert import schema_py_generated as schema
 
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
@@ -136,17 +135,38 @@ def weighted_ops(model) -> list[tuple[int, str, int]]:
         name = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
         weights = [graph.tensors[i] for i in list(op.inputs)[1:2] if i >= 0]
         if name in TFL_KINDS and weights and model.buffers[weights[0].buffer].data is not None:
-            found.append((index, name, int(np.prod(weights[0].shape))))
+            shape = [int(d) for d in weights[0].shape]
+            out = shape[-1] if name == "DEPTHWISE_CONV_2D" else (None if name in ("BATCH_MATMUL", "TRANSPOSE_CONV") else shape[0])
+            found.append((index, name, (_numel(shape), out)))
     return found
 
 
-def match_ops(program, candidates: list[QuantLayer], ops: list[tuple[int, str, int]]) -> dict[str, int]:
-    """Layer id -> op index: in graph order, the first unclaimed op of a matching kind and weight size."""
+def _numel(shape) -> int:
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def _signature(program, layer: QuantLayer) -> tuple | None:
+    """(weight elements, output channels) of an FX layer, as the LiteRT op's weight will show them: a
+    ``linear``/conv weight leads with its outputs (TFLite keeps them first: [O, I], [O, kh, kw, I]; depthwise
+    [1, kh, kw, O]), a matmul's constant operand ends with them."""
+    shape = weight_shape(program, layer.id)
+    if shape is None:
+        return None
+    return _numel(shape), shape[-1] if layer.op in ("matmul", "mm", "bmm") else shape[0]
+
+
+def match_ops(program, candidates: list[QuantLayer], ops: list[tuple[int, str, tuple]]) -> dict[str, int]:
+    """Layer id -> op index: in graph order, the first unclaimed op of a matching kind and weight (same
+    number of elements, same output channels where the op shows them)."""
     claimed: set[int] = set()
     result = {}
     for layer in candidates:
-        numel = weight_numel(program, layer.id)
-        hit = next((i for i, name, n in ops if i not in claimed and layer.op in TFL_KINDS[name] and n == numel), None)
+        wanted = _signature(program, layer)
+        hit = next((i for i, name, (numel, out) in ops if i not in claimed and layer.op in TFL_KINDS[name] and wanted
+                    and numel == wanted[0] and out in (None, wanted[1])), None)
         if hit is not None:
             claimed.add(hit)
             result[layer.id] = hit

@@ -98,8 +98,8 @@ def owners(program, layer_ids: Sequence[str]) -> dict[str, str]:
     return result
 
 
-def weight_numel(program, layer_id: str) -> int | None:
-    """Elements of a layer's weight (its second argument), read from the node's fake value."""
+def weight_shape(program, layer_id: str) -> tuple[int, ...] | None:
+    """Shape of a layer's weight (its second argument), read from the node's fake value."""
     node = next((n for n in program.graph.nodes if n.name == layer_id), None)
     value = node.args[1].meta.get("val") if node is not None and len(node.args) > 1 and hasattr(node.args[1], "meta") else None
-    return int(value.numel()) if value is not None else None
+    return tuple(int(d) for d in value.shape) if value is not None else None
