@@ -235,3 +235,31 @@ def test_layers_are_named_by_module_and_own_their_fused_ops():
     fused = [name for name, layer in owners(program, [conv]).items() if layer == conv and name != conv]
     assert any("batch_norm" in name for name in fused) and any("relu" in name for name in fused)
     assert json.dumps(found[0].to_json())
+
+
+def test_onnx_nodes_are_found_through_fusions(tmp_path):
+    """onnxscript folds BatchNorm into the Conv before it; the fused Conv carries the norm's provenance."""
+    import torch
+
+    from edgeport.export import onnx as target
+    from edgeport.export.onnx_quant import layer_nodes, layers
+    from edgeport.export.program import signature_of
+    from edgeport.export.registry import ConvertJob
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.dw = torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Conv2d(8, 8, 3, groups=8)
+            self.head = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.head(self.dw(torch.relu(self.bn(self.conv(x)))).mean((2, 3)))
+
+    example = (torch.randn(1, 3, 12, 12),)
+    program = torch.export.export(Net().eval(), example)
+    job = ConvertJob(program, example, signature_of(program, None), "int8", tmp_path)
+    target.export_fp32(job, tmp_path / "model.onnx")
+    found = layers(program, "int8")
+    nodes = layer_nodes(tmp_path / "model.onnx", program, [layer.id for layer in found])
+    assert [layer.name for layer in found] == ["conv", "dw", "head"] and len(nodes) == 3
+    assert all(len(names) == 1 for names in nodes.values())

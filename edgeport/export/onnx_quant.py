@@ -14,6 +14,7 @@ Static calibration runs once per search (``calibration_cache_path``): each candi
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import tempfile
 from dataclasses import replace
@@ -38,16 +39,17 @@ def layers(program, variant: str) -> list[QuantLayer]:
     return fx_layers(program, LAYER_OPS[variant], weighted=variant == "dynamic-int8")
 
 
-def fx_node_of(node) -> str | None:
-    """The FX node an ONNX node came from (None for nodes torch.onnx added without provenance)."""
-    for prop in node.metadata_props:
-        if prop.key == "pkg.torch.onnx.name_scopes":
-            try:
-                scopes = ast.literal_eval(prop.value)
-            except (ValueError, SyntaxError):
-                return None
-            return scopes[-1] if scopes else None
-    return None
+def provenance(node) -> tuple[str | None, str | None]:
+    """(the FX node an ONNX node came from, that FX node's first input) from torch.onnx's metadata. The
+    input matters for fusions: onnxscript folds a BatchNorm into the Conv before it, and the fused Conv
+    carries the norm's node (renamed by torch.onnx's decompositions), whose first input is the conv."""
+    props = {p.key: p.value for p in node.metadata_props}
+    try:
+        scopes = ast.literal_eval(props.get("pkg.torch.onnx.name_scopes", "[]"))
+    except (ValueError, SyntaxError):
+        scopes = []
+    first_input = re.search(r"\(args = \(%([\w.]+)", props.get("pkg.torch.onnx.fx_node", ""))
+    return (scopes[-1] if scopes else None), (first_input[1] if first_input else None)
 
 
 def layer_nodes(fp32: Path, program, layer_ids: Sequence[str]) -> dict[str, list[str]]:
@@ -57,7 +59,9 @@ def layer_nodes(fp32: Path, program, layer_ids: Sequence[str]) -> dict[str, list
     owner = owners(program, layer_ids)
     found: dict[str, list[str]] = {}
     for node in onnx.load(str(fp32), load_external_data=False).graph.node:
-        layer = owner.get(fx_node_of(node) or "")
+        name, first_input = provenance(node)
+        fused = first_input if name and "batch_norm" in name else None
+        layer = owner.get(name or "") or owner.get(fused or "")
         if node.op_type in WEIGHTED_NODES and layer is not None:
             found.setdefault(layer, []).append(node.name)
     return found
