@@ -207,7 +207,7 @@ def test_sensitivity_finds_both_ends_of_the_pair_and_the_search_proves_the_winne
     measure = lambda floats: compare(reference, fake.run(samples, floats), budget, ["out"])  # noqa: E731
     built = []
     confirm = lambda floats: (built.append(list(floats)) or floats, {"passed": len(built) > 1, "cosine_min": 1.0})  # noqa: E731
-    search = greedy(fake, [r["node"] for r in ranked], 4, measure, confirm)
+    search = greedy(fake, [r["node"] for r in ranked], 4, measure, confirm, budget)
     # the first winner fails on the real artifact: the search goes on, and proves the next one
     assert search.passed and len(built) == 2 and set(built[0]) == {"b", "c"} and len(search.float_layers) == 3
     assert [s["measured"] for s in search.steps].count("artifact") == 2

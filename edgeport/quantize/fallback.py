@@ -79,7 +79,9 @@ def _analyse(row, target, job, session, budget, judge, staging, quantizer) -> di
         verdict = judge(target, converted.artifact, session, budget)
         return (converted, verdict, built_job.notes), verdict.parity or {"passed": False}
 
-    search = greedy(quantizer, [r["node"] for r in ranked], cap, measure, confirm)
+    if quantizer.measured != "artifact":  # the simulation's own full int8, beside the artifact's: its bias
+        record["search"].append(step(measure(()), 0, quantizer.measured))
+    search = greedy(quantizer, [r["node"] for r in ranked], cap, measure, confirm, budget)
     record["search"] += search.steps
     record.update(cap=cap, search_seconds=search.seconds)
     if search.built is not None:

@@ -56,16 +56,18 @@ def _number(value) -> float:
 
 
 def greedy(quantizer, order: list[str], cap: int, judge: Callable[[Sequence[str]], dict],
-           confirm: Callable[[list[str]], tuple[object, dict]]) -> Search:
+           confirm: Callable[[list[str]], tuple[object, dict]], budget: dict) -> Search:
     """Keep the first k layers of ``order`` float for k = 1..cap; ``judge(floats)`` measures a candidate on
     every parity sample (returns parity), ``confirm(floats)`` builds the real artifact and judges it (returns
-    (built, parity)). Stops at the first candidate whose real artifact passes."""
-    start, search = time.perf_counter(), Search()
+    (built, parity)). Stops at the first candidate whose real artifact passes. When a simulated winner fails
+    for real, the gap between the two becomes a margin the simulation must clear before the next (slow)
+    confirmation."""
+    start, search, margin = time.perf_counter(), Search(), {}
     for k in range(1, min(cap, len(order)) + 1):
         floats = order[:k]
         parity = judge(floats)
         search.steps.append(step(parity, k, quantizer.measured))
-        if not parity["passed"]:
+        if not parity["passed"] or not _clears(parity, budget, margin):
             continue
         search.built, real = confirm(floats)
         search.float_layers = floats
@@ -74,5 +76,11 @@ def greedy(quantizer, order: list[str], cap: int, judge: Callable[[Sequence[str]
         if real["passed"]:
             search.passed = True
             break
+        margin = {key: max(0.0, _number(parity.get(key)) - _number(real.get(key)))
+                  for key in ("cosine_min", "snr_db_min") if key in budget}
     search.seconds = round(time.perf_counter() - start, 3)
     return search
+
+
+def _clears(parity: dict, budget: dict, margin: dict) -> bool:
+    return all(_number(parity.get(key)) >= budget[key] + extra for key, extra in margin.items() if key in budget)
