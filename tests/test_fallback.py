@@ -212,6 +212,15 @@ def test_sensitivity_finds_both_ends_of_the_pair_and_the_search_proves_the_winne
     assert search.passed and len(built) == 2 and set(built[0]) == {"b", "c"} and len(search.float_layers) == 3
     assert [s["measured"] for s in search.steps].count("artifact") == 2
 
+    def refuses(floats):
+        if len(floats) == 2:
+            raise RuntimeError("quantizer refused\nsecond line")
+        return measure(floats)
+
+    stopped = greedy(fake, [r["node"] for r in ranked], 4, refuses, confirm, budget)
+    assert not stopped.passed and stopped.error == "stopped at 2 float layers: RuntimeError: quantizer refused"
+    assert len(stopped.steps) == 1
+
 
 def test_layers_are_named_by_module_and_own_their_fused_ops():
     import torch

@@ -86,7 +86,10 @@ def _analyse(row, target, job, session, budget, judge, staging, quantizer) -> di
     record.update(cap=cap, search_seconds=search.seconds)
     if search.built is not None:
         _adopt(row, search.built, staging, record, [by_id[i] for i in search.float_layers])
-    if not search.passed:
+    if search.error:
+        record["search_error"] = search.error
+        row.error = f"{row.error}; --fallback float {search.error}"
+    elif not search.passed:
         row.error = f"{row.error}; {_gave_up(record, cap, session.fallback.text)}"
     return record
 

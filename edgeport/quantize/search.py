@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from edgeport.diagnostics import first_line
+
 SENSITIVITY_SAMPLES = 8   # a few parity samples rank layers as well as all of them, at a fraction of the cost
 TOP = 5                   # sensitive layers a report names
 
@@ -31,6 +33,7 @@ class Search:
     passed: bool = False
     built: object = None          # what ``confirm`` returned for the last artifact it built
     seconds: float = 0.0
+    error: str | None = None      # why the search stopped early (a candidate the quantizer or converter refused)
 
 
 def step(parity: dict, floats: int, measured: str) -> dict:
@@ -64,22 +67,31 @@ def greedy(quantizer, order: list[str], cap: int, judge: Callable[[Sequence[str]
     confirmation."""
     start, search, margin = time.perf_counter(), Search(), {}
     for k in range(1, min(cap, len(order)) + 1):
-        floats = order[:k]
-        parity = judge(floats)
-        search.steps.append(step(parity, k, quantizer.measured))
-        if not parity["passed"] or not _clears(parity, budget, margin):
-            continue
-        search.built, real = confirm(floats)
-        search.float_layers = floats
-        if quantizer.measured != "artifact" or not real["passed"]:  # a simulation's pass, proved or not here
-            search.steps.append(step(real, k, "artifact"))
-        if real["passed"]:
-            search.passed = True
+        try:
+            if _try(search, quantizer, order[:k], judge, confirm, budget, margin):
+                break
+        except Exception as exc:  # the artifact built so far stays the row's; the report says why it stopped
+            search.error = f"stopped at {k} float layers: {first_line(exc)}"
             break
-        margin = {key: max(0.0, _number(parity.get(key)) - _number(real.get(key)))
-                  for key in ("cosine_min", "snr_db_min") if key in budget}
     search.seconds = round(time.perf_counter() - start, 3)
     return search
+
+
+def _try(search: Search, quantizer, floats: list[str], judge, confirm, budget: dict, margin: dict) -> bool:
+    """One greedy step; True when its artifact passed. Updates ``margin`` after a simulated pass fails for real."""
+    parity = judge(floats)
+    search.steps.append(step(parity, len(floats), quantizer.measured))
+    if not parity["passed"] or not _clears(parity, budget, margin):
+        return False
+    search.built, real = confirm(floats)
+    search.float_layers = floats
+    if quantizer.measured != "artifact" or not real["passed"]:  # a simulation's pass, proved or not here
+        search.steps.append(step(real, len(floats), "artifact"))
+    search.passed = bool(real["passed"])
+    if not search.passed:
+        margin.update({key: max(0.0, _number(parity.get(key)) - _number(real.get(key)))
+                       for key in ("cosine_min", "snr_db_min") if key in budget})
+    return search.passed
 
 
 def _clears(parity: dict, budget: dict, margin: dict) -> bool:
