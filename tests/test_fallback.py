@@ -270,5 +270,10 @@ def test_onnx_nodes_are_found_through_fusions(tmp_path):
     target.export_fp32(job, tmp_path / "model.onnx")
     found = layers(program, "int8")
     nodes = layer_nodes(tmp_path / "model.onnx", program, [layer.id for layer in found])
+    import onnx
+
+    kinds = {n.name: n.op_type for n in onnx.load(str(tmp_path / "model.onnx")).graph.node}
     assert [layer.name for layer in found] == ["conv", "dw", "head"] and len(nodes) == 3
-    assert all(len(names) == 1 for names in nodes.values())
+    assert [sorted(kinds[n] for n in nodes[layer.id] if kinds[n] in ("Conv", "Gemm", "MatMul")) for layer in found] \
+        == [["Conv"], ["Conv"], ["Gemm"]]
+    assert "Relu" in {kinds[n] for n in nodes[found[0].id]}, "the ReLU fused after conv+bn goes with the conv"

@@ -23,11 +23,13 @@ from typing import Sequence
 
 from edgeport.quantize.layers import QuantLayer, fx_layers, owners
 
-WEIGHTED_NODES = ("Gemm", "MatMul", "Conv", "ConvTranspose")
 LAYER_OPS = {
-    # static QDQ quantizes every Conv/Gemm/MatMul, activation x activation matmuls (attention) included
+    # static QDQ quantizes every Conv/Gemm/MatMul (attention's too), and the norms, softmax, embedding gathers
+    # and residual adds around them: each is a classic int8 failure (a norm's or softmax's output range, an
+    # outlier in the residual stream), so each can stay float
     "int8": ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "matmul", "mm",
-             "bmm", "addmm", "convolution"),
+             "bmm", "addmm", "convolution", "layer_norm", "group_norm", "softmax", "_softmax",
+             "scaled_dot_product_attention", "embedding", "add"),
     # dynamic quantizes MatMul/Gemm weights only (edgeport leaves convolutions float there)
     "dynamic-int8": ("linear", "matmul", "mm", "bmm", "addmm"),
 }
@@ -53,7 +55,8 @@ def provenance(node) -> tuple[str | None, str | None]:
 
 
 def layer_nodes(fp32: Path, program, layer_ids: Sequence[str]) -> dict[str, list[str]]:
-    """Layer id -> the weighted ONNX nodes it became (layers with none are left out)."""
+    """Layer id -> the ONNX nodes it became (a Linear's MatMul and bias Add, an attention's MatMuls, Softmax
+    and scaling; layers with none are left out)."""
     import onnx
 
     owner = owners(program, layer_ids)
@@ -62,7 +65,7 @@ def layer_nodes(fp32: Path, program, layer_ids: Sequence[str]) -> dict[str, list
         name, first_input = provenance(node)
         fused = first_input if name and "batch_norm" in name else None
         layer = owner.get(name or "") or owner.get(fused or "")
-        if node.op_type in WEIGHTED_NODES and layer is not None:
+        if layer is not None:
             found.setdefault(layer, []).append(node.name)
     return found
 
