@@ -96,7 +96,8 @@ def table(lines: list[dict]) -> str:
         budget = "default" if x["budget"] == "default" else f"SNR ≥ {x['threshold_db']:.1f} dB"
         rows.append(f"| {x['model']} | {x['target']} | {budget} | {fmt(x['full_cos'], '.5f')} / {fmt(x['full_snr'], '.1f')} | "
                     f"{fmt(x['full_size'] and x['full_size'] / 1e6, '.2f')} | {fmt(x['full_p50'], '.2f')} | "
-                    f"{x['float']} of {x['layers'] if x['layers'] is not None else '?'} | "
+                    f"{x['float'] if x['layers'] is not None else 'none needed'}"
+                    f"{' of ' + str(x['layers']) if x['layers'] is not None else ''} | "
                     f"{fmt(x['cos'], '.5f')} / {fmt(x['snr'], '.1f')} | {fmt(x['size'] and x['size'] / 1e6, '.2f')} | "
                     f"{fmt(x['p50'], '.2f')} | {fmt(x['search_s'], '.1f')} | {x['status']} |")
     return "\n".join(rows)
