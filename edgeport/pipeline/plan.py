@@ -9,6 +9,7 @@ from pathlib import Path
 
 from edgeport.errors import UsageError
 from edgeport.pipeline.options import ConvertOptions, JudgeOptions
+from edgeport.quantize.policy import FallbackPolicy
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Plan:
     budget_flags: list
     baseline: Baseline | None = None
     decompositions: dict = field(default_factory=dict)
-    fallback: object = None            # edgeport.quantize.policy.FallbackPolicy
+    fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # --fallback / --fallback-max
 
 
 def plan(opts: ConvertOptions) -> Plan:
@@ -71,7 +72,7 @@ def check_variants(quantize, targets: list) -> None:
             raise UsageError(f"--quantize {q!r} is not offered by {', '.join(t.name for t in targets)}; known: {', '.join(known)}")
 
 
-def check_fallback(opts: ConvertOptions, rows: list):
+def check_fallback(opts: ConvertOptions, rows: list) -> FallbackPolicy:
     """``--fallback`` needs a requested variant whose layers can stay float; ``--fallback-max`` a sane cap."""
     from edgeport.quantize.policy import parse_policy
 
