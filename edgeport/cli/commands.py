@@ -12,7 +12,7 @@ from edgeport.cli.app import (BASELINE_OPTION, BUDGET_OPTION, CONFIG_OPTION, DAT
                               NO_LATENCY_OPTION, SAMPLES_OPTION, SEED_OPTION, SEQ_LEN_OPTION, THREADS_OPTION,
                               TRUST_PICKLE_OPTION, TRUST_REMOTE_CODE_OPTION, app, native_output_to, parse_threads,
                               with_progress, with_target_options)
-from edgeport.cli.summary import print_findings, print_summary
+from edgeport.cli.summary import print_findings, print_sensitivity, print_summary
 from edgeport.pipeline.run import RUN_LOG
 from edgeport.export.registry import DEFAULT_TARGET
 
@@ -30,6 +30,8 @@ def convert(
     seed: int = SEED_OPTION,
     data: Optional[str] = DATA_OPTION,
     calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="int8 calibration inputs (same forms as --data)"),
+    fallback: Optional[str] = typer.Option(None, "--fallback", help="float: a quantized variant over budget keeps its most int8-sensitive layers in float until it passes"),
+    fallback_max: Optional[str] = typer.Option(None, "--fallback-max", help="most layers --fallback may keep float: a share of the quantizable layers (default 25%) or a count"),
     no_latency: bool = NO_LATENCY_OPTION,
     force: bool = typer.Option(False, "--force", help="replace an --out directory edgeport wrote before"),
     junit: Optional[Path] = typer.Option(None, "--junit", help="also write JUnit XML (relative paths land in --out)"),
@@ -58,7 +60,7 @@ def convert(
         threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
         budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
         calibration_data=calibration_data, target_options=target_options, task=task, prefill_lens=prefill_len,
-        cache_len=cache_len, gen_tokens=gen_tokens)
+        cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max)
     result = with_progress(lambda progress: api.convert(opts, progress))
     native_output_to(result.out / RUN_LOG)
     print_summary(result.report, result.out)
@@ -117,18 +119,34 @@ def check(
     decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS"),
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
+    sensitivity: bool = typer.Option(False, "--sensitivity", help="with -q: quantize each layer alone and print how far it moves the outputs (which layers --fallback float would keep float)"),
+    quantize: List[str] = typer.Option([], "--quantize", "-q", help="--sensitivity: quantized variant to measure, e.g. int8 (repeatable)"),
+    calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="--sensitivity: int8 calibration inputs"),
+    samples: int = SAMPLES_OPTION,
+    data: Optional[str] = DATA_OPTION,
+    budget: List[str] = BUDGET_OPTION,
 ) -> None:
-    """Before converting: which ops each target will refuse and which rewrite fixes them (exit 1 if unfixable)."""
-    from edgeport.check import check as run_check
-    from edgeport.errors import ExportFailed
+    """Before converting: which ops each target will refuse and which rewrite fixes them (exit 1 if unfixable);
+    with --sensitivity -q VARIANT, which layers that quantization breaks (exit 1 if full int8 misses its budget)."""
     from edgeport.sources import SourceOptions
 
     source = SourceOptions(model=model, inputs=tuple(input), hf_task=hf_task, seq_len=seq_len,
                            decompositions=decompositions, trust_pickle=trust_pickle, trust_remote_code=trust_remote_code)
+    if sensitivity or quantize:
+        from edgeport import api
+
+        judge = api.JudgeOptions(samples=samples, data=data, latency=False, budgets=tuple(budget))
+        check_sensitivity(source, list(target), list(quantize), judge, calibration_data, sensitivity)
+    check_ops(source, list(target))
+
+
+def check_ops(source, targets: list[str]) -> None:
+    from edgeport.check import check as run_check
+    from edgeport.errors import ExportFailed
 
     def work(_progress):
         try:
-            return run_check(source, list(target))
+            return run_check(source, targets)
         except ExportFailed as exc:
             return exc
 
@@ -137,5 +155,28 @@ def check(
         typer.echo(f"edgeport: {result}", err=True)
         raise typer.Exit(1)
     findings, module_rewrites = result
-    print_findings(findings, module_rewrites, list(dict.fromkeys(target)))
+    print_findings(findings, module_rewrites, list(dict.fromkeys(targets)))
     raise typer.Exit(0 if all(f.fixed for f in findings) else 1)
+
+
+def check_sensitivity(source, targets: list[str], variants: list[str], judge, calibration_data, asked: bool) -> None:
+    """``check --sensitivity``: the per-layer table of every (target, variant) that can keep layers float."""
+    from edgeport.errors import ExportFailed, UsageError
+    from edgeport.quantize.check import sensitivity_tables
+
+    def work(progress):
+        if not asked:
+            raise UsageError("-q/--quantize on check needs --sensitivity")
+        if not variants:
+            raise UsageError("--sensitivity needs -q VARIANT (e.g. -q int8)")
+        try:
+            return sensitivity_tables(source, targets, variants, judge, calibration_data, progress)
+        except ExportFailed as exc:
+            return exc
+
+    result = with_progress(work)
+    if isinstance(result, ExportFailed):
+        typer.echo(f"edgeport: {result}", err=True)
+        raise typer.Exit(1)
+    print_sensitivity(result)
+    raise typer.Exit(0 if all(t.full["passed"] for t in result) else 1)

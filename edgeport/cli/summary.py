@@ -15,10 +15,10 @@ import typer
 
 
 def print_summary(report: dict, out: Path) -> None:
-    from edgeport.validate.render import HEADERS, summary_rows, target_sections
+    from edgeport.validate.render import HEADERS, report_sections, summary_rows
 
     tables = [(f"edgeport — {report['model']['spec']}", HEADERS, summary_rows(report))]
-    tables += [(s.title, s.headers, s.rows) for s in target_sections(report)]
+    tables += [(s.title, s.headers, s.rows) for s in report_sections(report)]
     for title, headers, rows in tables:
         print_table(title, headers, rows)
     for r in report["targets"]:  # errors and regressions here; notes are in the report files
@@ -77,3 +77,19 @@ def print_findings(findings, module_rewrites: list[str], targets: list[str]) -> 
     for name in targets:
         bad = [f.op for f in findings if f.target == name and not f.fixed]
         typer.echo(f"{name}: " + (f"will refuse {', '.join(bad)}" if bad else "ok"))
+
+
+def print_sensitivity(tables) -> None:
+    """``check --sensitivity``: per (target, variant), every layer quantized alone, worst first."""
+    headers = ("layer", "op", "source", "cosine min", "SNR dB", "alone within budget")
+    for t in tables:
+        full = f"full int8: cosine {t.full['cosine_min']:.5f}, SNR {t.full['snr_db_min']:.1f} dB, " + \
+            ("within budget" if t.full["passed"] else "OVER BUDGET")
+        rows = [[r["name"], r["op"], r.get("source") or "–", f"{r['cosine_min']:.5f}", f"{r['snr_db_min']:.1f}",
+                 "yes" if r["passed"] else "no"] for r in t.layers]
+        where = "the quantized artifact" if t.measured == "artifact" else "a simulation of the artifact"
+        print_table(f"{t.target} {t.variant} — {t.scheme}; {full} (measured on {where}; layers alone on "
+                    f"{t.samples} samples)", headers, rows)
+        if not t.full["passed"]:
+            typer.echo(printable(f"{t.target} {t.variant}: convert --fallback float would keep the worst of these "
+                                 "layers float until the budget passes"))

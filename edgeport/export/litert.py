@@ -2,7 +2,8 @@
 
 litert-torch does not take an ExportedProgram, but takes ``program.module()`` (it re-exports that graph),
 so it still converts the one program every target shares. Quantized variants use litert-torch's own
-recipes (fp16, dynamic-int8, weight-int8) and PT2E static int8 calibrated on the caller's samples.
+recipes (fp16, dynamic-int8, weight-int8) and PT2E static int8 calibrated on the caller's samples; int8 and
+dynamic-int8 can keep chosen layers float (``float_layers``, :mod:`edgeport.export.litert_quant`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
+from edgeport.export import litert_quant
+from edgeport.export.registry import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.runtimes.litert import CompiledModelRunner, LiteRTRunner
 
 RECIPES = {
@@ -25,53 +27,24 @@ def convert(job: ConvertJob) -> Converted:
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     import litert_torch
 
-    module = job.program.module()
-    module.training = False  # the program was exported in eval mode; .eval() is refused on it, the flag is not
-    args = tuple(job.example_inputs)
-    if job.options.get("nhwc"):
-        image_args = [i for i, x in enumerate(args) if x.dim() == 4]
-        if not image_args:
-            job.notes.append("--nhwc ignored: the model has no 4-D input")
-        else:
-            module = litert_torch.to_channel_last_io(module, args=image_args)
-            args = tuple(x.permute(0, 2, 3, 1).contiguous() if i in image_args else x for i, x in enumerate(args))
+    path = job.out_dir / f"model_{job.variant}.tflite"
+    details = {"nhwc": bool(job.options.get("nhwc"))}
+    if job.variant == "dynamic-int8" and job.options.get("float_layers"):
+        path.write_bytes(litert_quant.dynamic_with_float_layers(job))
+        return Converted(path, {"ops": op_counts(path), **details})
+    module, args = litert_quant.program_module(job)
     quant_config = None
     if job.variant in RECIPES:
         from litert_torch.generative.quantize import quant_recipes
 
         quant_config = getattr(quant_recipes, RECIPES[job.variant])()
     elif job.variant == "int8":
-        module, quant_config = _calibrated_int8(module, job)
+        if not job.options.get("calibration_is_real"):
+            job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
+        module, quant_config = litert_quant.pt2e_int8(module, job, litert_quant.float_filter(job))
     edge = litert_torch.convert(module, args, quant_config=quant_config)
-    path = job.out_dir / f"model_{job.variant}.tflite"
     edge.export(str(path))
-    return Converted(path, {"ops": op_counts(path), "nhwc": bool(job.options.get("nhwc"))})
-
-
-def _calibrated_int8(module, job: ConvertJob):
-    """PT2E static int8: observe activations on calibration samples, then convert with fake quant kept
-    unfolded so litert-torch lowers real int8 kernels."""
-    import torch
-    from litert_torch.quantize import pt2e_quantizer, quant_config
-    from torchao.quantization.pt2e import quantize_pt2e
-
-    from edgeport.runtimes.torch_eager import to_torch
-
-    quantizer = pt2e_quantizer.PT2EQuantizer().set_global(
-        pt2e_quantizer.get_symmetric_quantization_config(is_per_channel=True))
-    prepared = quantize_pt2e.prepare_pt2e(module, quantizer)
-    samples = job.options.get("calibration") or []
-    if not job.options.get("calibration_is_real"):
-        job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
-    dtypes = [i.dtype for i in job.signature.inputs]
-    with torch.no_grad():
-        for sample in samples or [[x.numpy() for x in job.example_inputs]]:
-            args = [to_torch(a, d) for a, d in zip(sample, dtypes)]
-            if job.options.get("nhwc"):
-                args = [x.permute(0, 2, 3, 1).contiguous() if x.dim() == 4 else x for x in args]
-            prepared(*args)
-    converted = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
-    return converted, quant_config.QuantConfig(pt2e_quantizer=quantizer)
+    return Converted(path, {"ops": op_counts(path), **details})
 
 
 def op_counts(path: Path) -> dict[str, int]:
@@ -101,6 +74,7 @@ TARGET = Target(
     convert=convert,
     runners=(LiteRTRunner, CompiledModelRunner),
     generative="edgeport.export.litert_gen",
+    float_fallback=FallbackSupport(litert_quant.SCHEMES, litert_quant.layers, litert_quant.prepare),
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
               "sort_by_rank", "scatter_add_onehot"),

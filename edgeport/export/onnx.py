@@ -23,7 +23,9 @@ from pathlib import Path
 
 from edgeport.diagnostics import histogram, summary
 from edgeport.errors import UsageError
-from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
+from edgeport.export import onnx_quant
+from edgeport.export.onnx_quant import exclusions
+from edgeport.export.registry import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.runtimes.onnxruntime import OnnxRunner
 
 FP32_NAME = "model.onnx"
@@ -48,11 +50,11 @@ def check_int8_kernels(value: str) -> None:
 def convert(job: ConvertJob) -> Converted:
     fp32 = job.out_dir / FP32_NAME
     if job.variant == "fp32" or not fp32.is_file():  # quantized variants start from the fp32 model (re-export only if it is missing)
-        _export_fp32(job, fp32)
+        export_fp32(job, fp32)
     path = fp32
     if job.variant != "fp32":
         path = job.out_dir / f"model_{job.variant}.onnx"
-        QUANTIZERS[job.variant](fp32, path, job)
+        QUANTIZERS[job.variant](fp32, path, job, **exclusions(fp32, job))
     details = describe(path)
     own = details.pop("capture", None) == "module"
     if job.variant != "fp32":
@@ -62,7 +64,7 @@ def convert(job: ConvertJob) -> Converted:
     return Converted(path, details, rewrites=[OWN_CAPTURE] if own else [])
 
 
-def _export_fp32(job: ConvertJob, path: Path) -> None:
+def export_fp32(job: ConvertJob, path: Path) -> None:
     """Under the program's own capture mode: torch.onnx re-runs the decomposed graph (its type-promotion
     pass) with the program's parameters, and with grad enabled it would pick other kernels than the ones
     the graph was recorded with (see :func:`edgeport.export.program.capture_mode`)."""
@@ -119,19 +121,22 @@ def _io_names(program) -> tuple[list[str] | None, list[str] | None]:
     return inputs, outputs
 
 
-def _dynamic_int8(src: Path, dst: Path, job: ConvertJob) -> None:
+def _dynamic_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
     """int8 weights of MatMul/Gemm, activations quantized at run time. Convolutions stay float: onnxruntime's
-    dynamic ConvInteger runs several times slower than its fp32 Conv (static int8 is the CNN variant)."""
+    dynamic ConvInteger runs several times slower than its fp32 Conv (static int8 is the CNN variant).
+    ``layers``: ``nodes_to_exclude`` / ``nodes_to_quantize`` (layers kept float, :mod:`onnx_quant`)."""
     from onnxruntime.quantization import quantize_dynamic
 
     kernels = int8_kernels(job)
     with _quiet_quantizer():
         quantize_dynamic(str(src), str(dst), weight_type=_quant_type(kernels["weight_type"]),
-                         reduce_range=kernels["reduce_range"], op_types_to_quantize=["MatMul", "Gemm"])
+                         reduce_range=kernels["reduce_range"], op_types_to_quantize=["MatMul", "Gemm"], **layers)
 
 
-def _static_int8(src: Path, dst: Path, job: ConvertJob) -> None:
-    """Static QDQ int8: per-channel weights, activation ranges from MinMax over the calibration samples."""
+def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
+    """Static QDQ int8: per-channel weights, activation ranges from MinMax over the calibration samples.
+    ``layers``: ``nodes_to_exclude`` / ``nodes_to_quantize`` and a ``calibration_cache_path`` (the fallback
+    search calibrates once and re-quantizes many times)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
     from edgeport.runtimes.onnxruntime import feed_dict, load
@@ -152,7 +157,7 @@ def _static_int8(src: Path, dst: Path, job: ConvertJob) -> None:
         kernels = int8_kernels(job)
         quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=_quant_type(kernels["activation_type"]),
-                        weight_type=_quant_type(kernels["weight_type"]), reduce_range=kernels["reduce_range"])
+                        weight_type=_quant_type(kernels["weight_type"]), reduce_range=kernels["reduce_range"], **layers)
 
 
 def _quant_type(name: str):
@@ -162,6 +167,11 @@ def _quant_type(name: str):
 
 
 QUANTIZERS = {"dynamic-int8": _dynamic_int8, "int8": _static_int8}
+
+
+def prepare_fallback(job: ConvertJob) -> onnx_quant.OnnxLayerQuantizer:
+    """The fallback search's candidates, quantized by the same functions as ``convert``."""
+    return onnx_quant.OnnxLayerQuantizer(job, QUANTIZERS[job.variant], export_fp32, job.out_dir / FP32_NAME)
 
 
 class _quiet_quantizer:
@@ -202,6 +212,7 @@ TARGET = Target(
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),),
     dynamic_dims=True,
+    float_fallback=FallbackSupport(onnx_quant.SCHEMES, onnx_quant.layers, prepare_fallback),
     rewrites=("upcast_fp32", "inline_custom_ops"),
     refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),
 )

@@ -127,6 +127,19 @@ def no_sections(row: dict) -> list[ReportSection]:
 
 
 @dataclass(frozen=True)
+class FallbackSupport:
+    """The target's quantizer can keep chosen layers in float: its ``convert`` honours
+    ``job.options["float_layers"]`` (layer ids, :mod:`edgeport.quantize.layers`) for these variants, and
+    ``prepare(job)`` calibrates once and returns a :class:`edgeport.quantize.layers.LayerQuantizer` that the
+    search (:mod:`edgeport.quantize`) asks for candidates. ``layers(program, variant)`` lists what can stay
+    float (cheap: no conversion)."""
+
+    variants: dict[str, str] = field(hash=False)   # variant -> its quantization scheme, as the report states it
+    layers: Callable[[Any, str], list]
+    prepare: Callable[[ConvertJob], Any]
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     description: str
@@ -146,6 +159,7 @@ class Target:
     report_sections: Callable[[dict], list[ReportSection]] = no_sections
     # module defining ``GENERATIVE: GenerativeSupport`` (prefill/decode with a KV cache), if the target has one
     generative: str | None = None
+    float_fallback: FallbackSupport | None = None   # quantized variants that can keep layers in float
 
     def __post_init__(self):
         from edgeport.export.rewrites import check_known
@@ -165,6 +179,9 @@ class Target:
         """Forward and generative variants: what a budget scope or ``--quantize`` may name for this target."""
         support = self.generation()
         return tuple(dict.fromkeys(self.variants + (support.variants if support else ())))
+
+    def can_keep_float(self, variant: str) -> bool:
+        return self.float_fallback is not None and variant in self.float_fallback.variants
 
     def load_runner(self, path: Path, threads: int) -> BaseRunner:
         return self.runners[0](path, threads)

@@ -46,6 +46,8 @@ class ConvertOptions:
     calibration_data: str | None = None
     target_options: dict = field(default_factory=dict)   # each target's own options, by TargetOption.key
     generation: GenerationOptions = field(default_factory=GenerationOptions)   # --task text-generation
+    fallback: str | None = None          # "float": keep the layers that break int8 in float (edgeport.quantize)
+    fallback_max: str | None = None      # cap on float layers: "25%" of the quantizable layers (default) or a count
 
 
 PARTS = {"source": SourceOptions, "judge": JudgeOptions, "output": OutputOptions, "generation": GenerationOptions}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from edgeport.errors import UsageError
 from edgeport.pipeline.options import ConvertOptions, JudgeOptions
+from edgeport.quantize.policy import FallbackPolicy
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Plan:
     baseline: Baseline | None = None
     decompositions: dict = field(default_factory=dict)
     generation: object = None          # edgeport.generative.options.GenerationPlan for --task text-generation
+    fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # --fallback / --fallback-max
 
 
 def plan(opts: ConvertOptions) -> Plan:
@@ -48,13 +50,14 @@ def plan(opts: ConvertOptions) -> Plan:
     check_judge(opts.judge)
     rows = generation.rows if generation else \
         [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
+    fallback = check_fallback(opts, rows, generative=generation is not None)
     check_output_dir(opts.output.out, opts.output.force,
                      input_paths(opts.source.model, opts.judge.data, opts.calibration_data, opts.judge.config,
                                  opts.judge.baseline, opts.source.decompositions))
     check_junit(opts.output.junit)
     config = load_config(opts.judge.config)
     return Plan(rows, config, parse_budget_flags(opts.judge.budgets), read_baseline(opts.judge.baseline, config),
-                load_user_decompositions(opts.source.decompositions), generation)
+                load_user_decompositions(opts.source.decompositions), generation, fallback)
 
 
 def requested_targets(names) -> list:
@@ -73,6 +76,21 @@ def check_variants(quantize, targets: list) -> None:
         if not any(q in t.variants for t in targets):
             known = sorted({v for t in targets for v in t.variants})
             raise UsageError(f"--quantize {q!r} is not offered by {', '.join(t.name for t in targets)}; known: {', '.join(known)}")
+
+
+def check_fallback(opts: ConvertOptions, rows: list, generative: bool = False) -> FallbackPolicy:
+    """``--fallback`` needs a requested variant whose layers can stay float; ``--fallback-max`` a sane cap."""
+    from edgeport.quantize.policy import parse_policy
+
+    policy = parse_policy(opts.fallback, opts.fallback_max)
+    if policy.mode and generative:
+        raise UsageError(f"--fallback {policy.mode} applies to forward conversions, not --task text-generation")
+    if policy.mode and not any(t.can_keep_float(v) for t, v in rows):
+        able = sorted({f"{t.name} {v}" for t in requested_targets(opts.targets)
+                       for v in (t.float_fallback.variants if t.float_fallback else ())})
+        raise UsageError(f"--fallback {policy.mode} needs a quantized variant that can keep layers float "
+                         f"(requested: {', '.join(opts.quantize) or 'none'}; possible: {', '.join(able) or 'none'})")
+    return policy
 
 
 def check_dynamic(dynamic) -> None:

@@ -108,7 +108,8 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
     start = time.perf_counter()
     with redirected(log):  # runtimes log too (e.g. delegate creation)
         row.apply(judge_artifact(target, converted.artifact, session, budget))
-        if row.parity and not row.parity["passed"] and session.judge.localize and converter_to_blame(row.parity):
+        if not quantization_explains(row, target, job, session, budget, staging) and row.parity and \
+                not row.parity["passed"] and session.judge.localize and converter_to_blame(row.parity):
             localize(row, target, job, session, budget)
     row.check_seconds = round(time.perf_counter() - start, 3)
     if row.io:
@@ -149,6 +150,14 @@ def judge_artifact(target, artifact: Path, session: Session, budget: dict) -> Ve
     error = None if parity["passed"] else f"parity: {parity['message']}"
     return Verdict("ok" if parity["passed"] else "failed", error, parity, latency, runner.io(), details,
                    parity.get("notes", []) + slower_than_eager(runner, details, latency, session.reference_latency))
+
+
+def quantization_explains(row: Row, target, job, session: Session, budget: dict, staging: Path) -> bool:
+    """Quantized rows: name the layers int8 breaks (with ``--fallback float``, keep them float and judge the
+    rebuilt artifact); True when that explains the failure better than bisecting for a converter bug."""
+    from edgeport.quantize.fallback import applies, keep_layers_float
+
+    return applies(target, row, session) and keep_layers_float(row, target, job, session, budget, judge_artifact, staging)
 
 
 def slower_than_eager(runner, details: dict, latency: dict | None, reference: dict | None) -> list[str]:

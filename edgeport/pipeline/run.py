@@ -96,7 +96,8 @@ def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, mo
     calibration = load_data(opts.calibration_data, signature, "--calibration-data") if opts.calibration_data else None
     return Session.start(loaded, program, signature, opts.judge, progress, module_rewrites=tuple(module_rewrites),
                          decompositions=the_plan.decompositions, calibration=calibration,
-                         target_options=dict(opts.target_options), dynamic=tuple(opts.source.dynamic))
+                         target_options=dict(opts.target_options), dynamic=tuple(opts.source.dynamic),
+                         fallback=the_plan.fallback)
 
 
 def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]:

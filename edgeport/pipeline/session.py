@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from edgeport.diagnostics import first_line
 from edgeport.pipeline.options import JudgeOptions
+from edgeport.quantize.policy import FallbackPolicy
 
 
 class RewriteCache:
@@ -56,6 +57,7 @@ class Session:
     dynamic: tuple = ()
     rewrites: RewriteCache | None = None
     module: object = None              # the eager module the program came from (None for a .pt2)
+    fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # what a quantized row over budget may do
 
     @classmethod
     def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":

@@ -39,9 +39,12 @@ class LiteRTRunner(BaseRunner):
         self.inputs = sorted(self.runner.get_input_details().items(), key=lambda kv: _order_key(kv[0]))
         self.outputs = sorted(self.runner.get_output_details().items(), key=lambda kv: _order_key(kv[0]))
 
+    def feeds(self, inputs: Sequence[np.ndarray]) -> dict:
+        """Positional inputs -> the signature's ``{name: array}`` in the runtime's layout and dtype."""
+        return {name: _to_runtime(array, detail) for (name, detail), array in zip(self.inputs, inputs)}
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        feed = {name: _to_runtime(array, detail) for (name, detail), array in zip(self.inputs, inputs)}
-        result = self.runner(**feed)
+        result = self.runner(**self.feeds(inputs))
         return [_from_runtime(result[name], detail) for name, detail in self.outputs]
 
     def io(self) -> dict:

@@ -54,6 +54,13 @@ def target_sections(report: dict) -> list:
     return list(merged.values())
 
 
+def report_sections(report: dict) -> list:
+    """Target-specific tables, then the quantization tables any quantized row may carry."""
+    from edgeport.validate.quantization import quantization_sections
+
+    return target_sections(report) + quantization_sections(report)
+
+
 def headline(report: dict) -> str:
     text = "PASSED" if report["passed"] else "FAILED"
     baseline = report.get("baseline")
@@ -110,7 +117,7 @@ def render_markdown(report: dict) -> str:
     if rewritten:
         lines += ["", "## Rewrites (the program was changed before conversion)"]
         lines += [f"- **{md(r['target'])} {md(r['variant'])}**: {md(', '.join(r['rewrites']))}" for r in rewritten]
-    for section in target_sections(report):
+    for section in report_sections(report):
         lines += ["", f"## {md(section.title)}", ""] + markdown_table(section.headers, section.rows)
     lines += [""] + [md(text) for text in [samples_line(report), *environment_lines(report)] if text]
     if messages(report):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import html
 import math
 
-from edgeport.validate.render import (HEADERS, environment_lines, headline, messages, samples_line, summary_rows,
-                                      target_sections)
+from edgeport.validate.quantization import search_curves
+from edgeport.validate.render import (HEADERS, environment_lines, headline, messages, report_sections, samples_line,
+                                      summary_rows)
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:nth-child(-n+3),th{text-align:left}
@@ -31,7 +32,8 @@ def table(key: str, headers, rows, classes=None) -> str:
 def render_html(report: dict) -> str:
     spec = esc(report["model"]["spec"])
     summary = table("summary", HEADERS, summary_rows(report), [r["status"] for r in report["targets"]])
-    sections = "".join(f"<h2>{esc(s.title)}</h2>" + table(s.key, s.headers, s.rows) for s in target_sections(report))
+    sections = "".join(f"<h2>{esc(s.title)}</h2>" + table(s.key, s.headers, s.rows) for s in report_sections(report))
+    curves = "".join(_search_svg(curve) for curve in search_curves(report))
     notes = "".join(f"<li><b>{esc(label)}</b>: {esc(text)}</li>" for label, text in messages(report))
     facts = "".join(f"<p>{esc(line)}</p>" for line in [samples_line(report), *environment_lines(report)] if line)
     histograms = "".join(_histogram_svg(f"{r['target']} {r['variant']} · {o.get('name', '?')}", o["error_histogram"])
@@ -44,6 +46,7 @@ def render_html(report: dict) -> str:
 <p><b>{esc(headline(report))}</b> · edgeport {esc(report['edgeport_version'])}</p>
 {summary}{facts}
 {sections}
+{f'<h2>Fallback search (budget metric vs layers kept float)</h2><div class="charts" id="search">{curves}</div>' if curves else ''}
 <ul id="notes">{notes}</ul>
 <h2>Latency (p50, p90 whisker)</h2><div id="latency">{_latency_svg(report)}</div>
 <h2>Error histograms (|artifact − PyTorch| per element, one bar per decade)</h2><div class="charts" id="histograms">{histograms or "<p>no parity results</p>"}</div>
@@ -72,6 +75,33 @@ def _latency_svg(report: dict) -> str:
                      f'<text x="{label_w + w90 + 4:.1f}" y="{y + 14}">{lat["p50"]:.3f} ms</text>')
     height = 20 + len(bars) * bar_h
     return f'<svg xmlns="http://www.w3.org/2000/svg" class="latency" width="{width}" height="{height}">{"".join(parts)}</svg>'
+
+
+def _search_svg(curve: dict) -> str:
+    """The search curve: the budget's metric against the number of float layers, the threshold dashed,
+    passing candidates green; the artifact's own judgement drawn as a ring."""
+    width, height, pad = 360, 180, 36
+    points = curve["points"]
+    values = [v for _, v, _ in points] + ([curve["threshold"]] if curve["threshold"] is not None else [])
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    most = max(n for n, _, _ in points) or 1
+    x = lambda n: pad + (width - 2 * pad) * n / most  # noqa: E731
+    y = lambda v: height - pad - (height - 2 * pad) * (v - low) / span  # noqa: E731
+    parts = [f'<polyline fill="none" stroke="#47a" points="{" ".join(f"{x(n):.1f},{y(v):.1f}" for n, v, _ in points)}"/>']
+    if curve["threshold"] is not None:
+        t = y(curve["threshold"])
+        parts.append(f'<line class="threshold" x1="{pad}" x2="{width - pad}" y1="{t:.1f}" y2="{t:.1f}" '
+                     f'stroke="#888" stroke-dasharray="4 3"/><text x="{width - pad + 2}" y="{t + 3:.1f}">budget</text>')
+    for n, v, ok in points:
+        parts.append(f'<circle class="step" cx="{x(n):.1f}" cy="{y(v):.1f}" r="4" fill="{"#4a7" if ok else "#d55"}">'
+                     f'<title>{n} float: {v:.4g}</title></circle>')
+    parts += [f'<text x="{x(n) - 3:.1f}" y="{height - pad + 14}">{n}</text>' for n in sorted({n for n, _, _ in points})]
+    metric = {"snr_db_min": "min SNR dB", "cosine_min": "min cosine"}.get(curve["metric"], curve["metric"])
+    parts.append(f'<text x="2" y="{pad - 8}">{html.escape(metric)}: {low:.4g} .. {high:.4g}</text>'
+                 f'<text x="{width / 2 - 30:.0f}" y="{height - 6}">float layers</text>')
+    return (f'<figure><figcaption>{html.escape(curve["label"])}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '
+            f'class="search" width="{width}" height="{height}">{"".join(parts)}</svg></figure>')
 
 
 def _histogram_svg(title: str, hist: dict) -> str:

@@ -1,0 +1,105 @@
+"""The quantizable layers of an exported program, named once for every target.
+
+A layer's id is the FX node name of its op in the program the target converts (``linear_2``): torch.onnx
+keeps it in every ONNX node's metadata, PT2E annotates those very nodes, and litert-torch converts that graph,
+so one id serves every quantizer. The user reads the module path (``encoder.layers.0.linear1``), the op and
+the line of their own code that called it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from edgeport.diagnostics import user_source
+
+# ops that follow a layer and belong to it for a quantizer: fused into its kernel (ReLU), or folded into its
+# weights (batch norm, whose ONNX Conv+BN fusion even carries the norm's name); getitem unpacks the norm's tuple
+ABSORBED = ("batch_norm", "_native_batch_norm_legit", "getitem", "relu", "relu6", "hardtanh", "clamp")
+
+
+@dataclass(frozen=True)
+class QuantLayer:
+    id: str             # FX node name in the program the target converts
+    name: str           # what the user reads: the module path, with the node when a module has several layers
+    op: str             # the op, e.g. "linear", "conv2d"
+    source: str | None  # the user's line that called it
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "node": self.id, "op": self.op, "source": self.source}
+
+
+class LayerQuantizer(Protocol):
+    """What a target gives the search: calibrated once, then asked for outputs of many candidates.
+
+    ``run`` quantizes the program with ``float_layers`` kept float (or, with ``only``, with only that layer
+    quantized) and returns the outputs on ``samples`` (flattened, like a runner's). ``measured`` says whether
+    those are the real artifact's outputs ("artifact") or a faithful simulation ("simulation"); the search's
+    answer is judged on the real artifact either way."""
+
+    measured: str
+    layers: list[QuantLayer]
+
+    def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list: ...
+
+    def close(self) -> None: ...
+
+
+def op_name(node) -> str:
+    """``aten.conv2d.default`` -> ``conv2d``."""
+    return str(node.target).split(".")[1] if str(node.target).startswith("aten.") else str(node.target)
+
+
+def fx_layers(program, ops: Sequence[str], weighted: bool = False) -> list[QuantLayer]:
+    """The program's nodes whose op is in ``ops`` (``op_name`` form), in graph order. ``weighted``: only
+    those whose second argument is a constant (a parameter or buffer), i.e. ops with weights to quantize."""
+    constants = _constant_names(program) if weighted else set()
+    found = []
+    for node in program.graph.nodes:
+        if node.op != "call_function" or op_name(node) not in ops:
+            continue
+        if weighted and not (len(node.args) > 1 and getattr(node.args[1], "name", None) in constants):
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        found.append((node, list(stack.values())[-1][0] if stack else ""))
+    modules = [m for _, m in found]
+    return [QuantLayer(node.name, _label(node.name, module, modules.count(module) > 1), op_name(node),
+                       user_source(node.meta.get("stack_trace"))) for node, module in found]
+
+
+def _label(node: str, module: str, shared: bool) -> str:
+    if not module:
+        return node
+    return f"{module} ({node})" if shared else module
+
+
+def _constant_names(program) -> set[str]:
+    """Placeholder names of the program's parameters, buffers and constants."""
+    signature = getattr(program, "graph_signature", None)
+    if signature is None:
+        return {n.name for n in program.graph.nodes if n.op == "get_attr"}
+    return {spec.arg.name for spec in signature.input_specs if spec.target is not None}
+
+
+def owners(program, layer_ids: Sequence[str]) -> dict[str, str]:
+    """FX node name -> the layer it belongs to: each layer's own node and the single-user chain of ops that
+    follow it and fuse into it (see ``ABSORBED``)."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    result = {}
+    for layer in layer_ids:
+        result[layer] = layer
+        node = nodes.get(layer)
+        while node is not None and len(node.users) == 1:
+            user = next(iter(node.users))
+            if user.op != "call_function" or not any(a in str(user.target) for a in ABSORBED):
+                break
+            result.setdefault(user.name, layer)
+            node = user
+    return result
+
+
+def weight_shape(program, layer_id: str) -> tuple[int, ...] | None:
+    """Shape of a layer's weight (its second argument), read from the node's fake value."""
+    node = next((n for n in program.graph.nodes if n.name == layer_id), None)
+    value = node.args[1].meta.get("val") if node is not None and len(node.args) > 1 and hasattr(node.args[1], "meta") else None
+    return tuple(int(d) for d in value.shape) if value is not None else None

@@ -1,0 +1,67 @@
+"""The report's view of quantized rows' ``quantization`` records (:mod:`edgeport.quantize`): which layers were
+kept float, which layers int8 breaks, and the search curve — as tables every rendering shows, and the points
+of the curve the HTML report draws. Target-agnostic: it reads only the row's record."""
+
+from __future__ import annotations
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return value
+    return format(value, spec)
+
+
+def _rows_with(report: dict, key: str) -> list[tuple[str, dict]]:
+    return [(f"{r['target']} {r['variant']}", r["quantization"]) for r in report["targets"]
+            if (r.get("quantization") or {}).get(key)]
+
+
+def quantization_sections(report: dict) -> list:
+    """Float layers, then the most sensitive layers, then the search steps (tables only when non-empty)."""
+    from edgeport.export.registry import ReportSection
+
+    floats = [[label, layer["name"], layer["op"], layer.get("source") or "–", _cost(q)]
+              for label, q in _rows_with(report, "float_layers") for layer in q["float_layers"]]
+    sensitive = [[label, layer["name"], layer["op"], layer.get("source") or "–", _fmt(layer["cosine_min"], ".4f"),
+                  _fmt(layer["snr_db_min"], ".1f")]
+                 for label, q in _rows_with(report, "sensitive_layers") for layer in q["sensitive_layers"]]
+    steps = [[label, str(s["float_layers"]), _fmt(s["cosine_min"], ".5f"), _fmt(s["snr_db_min"], ".1f"),
+              "yes" if s["passed"] else "no", s.get("measured") or "–"]
+             for label, q in _rows_with(report, "search") if len(q["search"]) > 1 or q["search"][0]["passed"]
+             for s in q["search"]]
+    sections = []
+    if floats:
+        sections.append(ReportSection("float-layers", "Layers kept in float (--fallback float)",
+                                      ("row", "layer", "op", "source", "vs full int8"), floats))
+    if sensitive:
+        sections.append(ReportSection("sensitive-layers", "Most int8-sensitive layers (each quantized alone)",
+                                      ("row", "layer", "op", "source", "cosine min", "SNR dB"), sensitive))
+    if steps:
+        sections.append(ReportSection("fallback-search", "Fallback search (float layers → parity)",
+                                      ("row", "float layers", "cosine min", "SNR dB", "passed", "measured on"), steps))
+    return sections
+
+
+def _cost(record: dict) -> str:
+    size, latency = record.get("size_vs_full_int8"), record.get("latency_vs_full_int8")
+    parts = ([f"size ×{size:.2f}"] if size else []) + ([f"p50 ×{latency:.2f}"] if latency else [])
+    return ", ".join(parts) or "–"
+
+
+def search_curves(report: dict) -> list[dict]:
+    """Per row that searched: the points (float layers, metric, passed) of the budget's metric — SNR dB when
+    the budget gates it, else cosine — and the budget's threshold for it."""
+    curves = []
+    for r in report["targets"]:
+        record = r.get("quantization") or {}
+        if len(record.get("search") or []) < 2:
+            continue
+        budget = (r.get("parity") or {}).get("budget") or {}
+        metric = "snr_db_min" if "snr_db_min" in budget or "cosine_min" not in budget else "cosine_min"
+        points = [(s["float_layers"], s[metric], s["passed"]) for s in record["search"]
+                  if isinstance(s.get(metric), (int, float))]
+        curves.append({"label": f"{r['target']} {r['variant']}", "metric": metric, "threshold": budget.get(metric),
+                       "points": points})
+    return curves
