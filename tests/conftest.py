@@ -82,3 +82,18 @@ def write_model_file(tmp_path: Path, body: str, name: str = "model.py") -> Path:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_cache(tmp_path_factory):
+    """No test writes edgeport's real cache, and no test is sped up (or hidden) by another's entries: each
+    module's fixtures get their own empty cache ..."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGEPORT_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_cache(tmp_path_factory, monkeypatch):
+    """... and each test its own, outside its tmp_path (a test sharing one on purpose sets EDGEPORT_CACHE)."""
+    monkeypatch.setenv("EDGEPORT_CACHE", str(tmp_path_factory.mktemp("cache")))

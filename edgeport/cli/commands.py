@@ -42,6 +42,9 @@ def convert(
     dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the report says which targets kept it"),
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`"),
+    reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per core; 1: one after another in this process)"),
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
@@ -52,7 +55,8 @@ def convert(
         trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit,
         threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
         budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
-        calibration_data=calibration_data, target_options=target_options)
+        calibration_data=calibration_data, target_options=target_options, cache=cache, reuse_verdict=reuse_verdict,
+        jobs=jobs)
     result = with_progress(lambda progress: api.convert(opts, progress))
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)

@@ -141,6 +141,7 @@ TARGET = Target(
     options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),),
+    calibrated_variants=("int8",),
     dynamic_dims=True,
     rewrites=("upcast_fp32", "inline_custom_ops"),
     refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),

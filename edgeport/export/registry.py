@@ -38,6 +38,7 @@ class ConvertJob:
     options: dict = field(default_factory=dict)       # the target's own options, calibration samples, ...;
     # "artifact_only": True asks for just a runnable artifact (targets may skip extra work such as AOT compiles)
     notes: list[str] = field(default_factory=list)    # warnings that belong in the report
+    cache: Any = None                 # edgeport.cache.Cache for pieces a target caches itself (TPU compiles)
 
 
 @dataclass
@@ -111,6 +112,9 @@ class Target:
     # thread_sweep=False: the runtime ignores the thread count (XLA CPU sizes its own pool)
     thread_sweep: bool = True
     report_sections: Callable[[dict], list[ReportSection]] = no_sections
+    # variants whose convert() reads job.options["calibration"]: their cache key hashes those samples
+    # (None: not declared, so every variant's key does)
+    calibrated_variants: tuple[str, ...] | None = None
 
     def __post_init__(self):
         from edgeport.export.rewrites import check_known

@@ -82,7 +82,39 @@ def validate_topologies(values: list[str]) -> None:
         parse_topology(value)
 
 
-def compile_for_topology(topology: Topology, lowered: Lowered, out: Path) -> dict:
+def compile_id(serialized: bytes, lowered) -> dict:
+    """What decides a compile besides its topology: the serialized jax.export of the program (its StableHLO,
+    weights' shapes and matmul precision), the shapes it is compiled at, the compiler's versions and the
+    code here that sets up sharding."""
+    import hashlib
+
+    from edgeport.validate.environment import package_versions
+
+    return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(serialized).hexdigest(),
+            "avals": [[list(a.shape), str(a.dtype)] for a in lowered.compile_avals],
+            "libraries": package_versions(["jax", "jaxlib", "libtpu"]),
+            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+
+
+def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity: dict | None = None) -> dict:
+    """:func:`compile_for_topology`, or its cached result (the executable verified by sha256 and the
+    compiler's analysis). Failed compiles are cached too: they are as deterministic as good ones."""
+    if cache is None or identity is None:
+        return compile_for_topology(topology, lowered, out)
+    from edgeport.cache import key_of
+
+    key = key_of({**identity, "topology": topology.name})
+    start = time.perf_counter()
+    data = cache.get(key, out)
+    if data is not None and "row" in data:
+        return {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
+    row = compile_for_topology(topology, lowered, out)
+    files = [row["executable"]] if row.get("executable") else []
+    cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
+    return {**row, "cache": "miss"}
+
+
+def compile_for_topology(topology: Topology, lowered, out: Path) -> dict:
     """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row."""
     from edgeport.pipeline.proc import redirected
 

@@ -44,6 +44,9 @@ class ConvertOptions:
     quantize: tuple[str, ...] = ()
     calibration_data: str | None = None
     target_options: dict = field(default_factory=dict)   # each target's own options, by TargetOption.key
+    cache: bool = True                 # reuse/store conversions in edgeport's cache (edgeport.cache)
+    reuse_verdict: bool = False        # a cache hit keeps its stored parity/latency instead of measuring again
+    jobs: int | None = None            # rows run in this many worker processes (None: one per core; 1: in-process)
 
 
 PARTS = {"source": SourceOptions, "judge": JudgeOptions, "output": OutputOptions}

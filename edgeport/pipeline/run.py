@@ -49,45 +49,101 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     return Result(report, opts.output.out, 0 if report["passed"] else 1)
 
 
+@dataclass
+class Prepared:
+    """What the rows of one model share once it is loaded and exported (also what a fleet's export task
+    hands back): the session, the signature, the program's size and fingerprint, the timings so far."""
+
+    session: object
+    signature: object
+    program: dict
+    timings: dict
+
+
 def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progress) -> dict:
-    from edgeport.config import is_required
+    jobs = row_jobs(opts, the_plan)
+    if jobs > 1:
+        from edgeport.pipeline.workers import prewarm
+
+        prewarm()  # the workers' imports overlap loading and exporting
+    timings: dict[str, float] = {}
+    try:
+        prepared = prepare(staging, opts, the_plan, progress, timings, workers=jobs > 1)
+    except ExportFailed as exc:
+        return write_failed(staging, opts, the_plan, str(exc), timings)
+    if jobs > 1:
+        rows = run_rows_parallel(prepared.session, the_plan, staging, progress, opts, jobs)
+    else:
+        rows = run_rows(prepared.session, the_plan, staging, progress)
+    return finish(staging, opts, the_plan, rows, prepared)
+
+
+def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, timings: dict,
+            workers: bool = False) -> Prepared:
+    """Load, the one torch.export (saved as ``exported.pt2``), samples and PyTorch's reference."""
     from edgeport.export.program import fingerprint, save_program, signature_of
     from edgeport.export.rewrites import apply_module_rewrites
     from edgeport.sources import load_model
-    from edgeport.validate.report import write_outputs
 
-    timings: dict[str, float] = {}
     progress("loading model")
     with timed(timings, "load"):
         loaded = load_model(opts.source)
     module_rewrites = apply_module_rewrites(loaded.module)
     progress("torch.export")
-    try:
-        with timed(timings, "export"):
-            program = loaded.program or export(loaded, opts.source.dynamic)
-            save_program(program, staging / "exported.pt2")
-    except ExportFailed as exc:
-        rows = [{**failed_row(t.name, v, str(exc)), "required": is_required(t.name, v, the_plan.config)}
-                for t, v in the_plan.rows]
-        return write_outputs(staging, assemble(opts.source.model, rows, None, the_plan, timings, opts.judge), None,
-                             opts.output.junit)
+    with timed(timings, "export"):
+        program = loaded.program or export(loaded, opts.source.dynamic)
+        save_program(program, staging / "exported.pt2")
     signature = signature_of(program, loaded.input_names)
+    program_id = fingerprint(program, signature)
+    if workers and opts.judge.latency:
+        from edgeport.pipeline.workers import wait_ready
+
+        wait_ready()  # the workers' imports must not share the CPU with timing PyTorch
     with timed(timings, "reference"):
-        session = start_session(loaded, program, signature, opts, the_plan, module_rewrites, progress)
-    rows = run_rows(session, the_plan, staging, progress)
-    report = assemble(opts.source.model, rows, session, the_plan, timings, opts.judge,
-                      program={"params": param_count(program), **fingerprint(program, signature)})
-    return write_outputs(staging, report, manifest(opts.source.model, signature, rows), opts.output.junit)
+        session = start_session(loaded, program, signature, opts, the_plan, module_rewrites, progress, program_id)
+    return Prepared(session, signature, {"params": param_count(program), **program_id}, timings)
 
 
-def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, module_rewrites, progress):
+def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timings: dict) -> dict:
+    """Every row failed with the same error (the export, or in a fleet the load): report still written."""
+    from edgeport.config import is_required
+    from edgeport.validate.report import write_outputs
+
+    rows = [{**failed_row(t.name, v, error), "required": is_required(t.name, v, the_plan.config)}
+            for t, v in the_plan.rows]
+    return write_outputs(staging, assemble(opts.source.model, rows, None, the_plan, timings, opts.judge), None,
+                         opts.output.junit)
+
+
+def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prepared: Prepared) -> dict:
+    from edgeport.validate.report import write_outputs
+
+    report = assemble(opts.source.model, rows, prepared.session, the_plan, prepared.timings, opts.judge,
+                      program=dict(prepared.program))
+    return write_outputs(staging, report, manifest(opts.source.model, prepared.signature, rows), opts.output.junit)
+
+
+def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, module_rewrites, progress,
+                  program_id: dict | None = None):
+    from edgeport.cache import Cache
     from edgeport.pipeline.session import Session
     from edgeport.validate.data import load_data
 
     calibration = load_data(opts.calibration_data, signature, "--calibration-data") if opts.calibration_data else None
     return Session.start(loaded, program, signature, opts.judge, progress, module_rewrites=tuple(module_rewrites),
                          decompositions=the_plan.decompositions, calibration=calibration,
-                         target_options=dict(opts.target_options), dynamic=tuple(opts.source.dynamic))
+                         target_options=dict(opts.target_options), dynamic=tuple(opts.source.dynamic),
+                         program_id=program_id, cache=Cache() if opts.cache else None,
+                         reuse_verdict=opts.reuse_verdict)
+
+
+def row_jobs(opts: ConvertOptions, the_plan) -> int:
+    """Worker processes for the rows: one per core (or ``--jobs``), never more than there are rows to
+    convert; 1 means in this process, one row after another."""
+    from edgeport.pipeline.workers import default_jobs
+
+    installed = [t for t, _v in the_plan.rows if not t.missing_requirements()]
+    return max(1, min(opts.jobs or default_jobs(), len(installed)))
 
 
 def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]:
@@ -100,6 +156,41 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
         required = is_required(target.name, variant, the_plan.config)
         rows.append(run_row(target, variant, session, staging, budget, required).to_json())
+    return rows
+
+
+def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts: ConvertOptions, jobs: int) -> list[dict]:
+    """The rows as tasks (:mod:`edgeport.pipeline.task`) in worker processes; results merged into
+    ``staging`` in plan order. A worker that crashes fails its own row."""
+    import shutil
+
+    from edgeport.config import budget_for, is_required
+    from edgeport.pipeline import task, workers
+
+    shared = task.shared_spec(session, staging, opts.source, str(session.cache.root) if session.cache else None)
+    work = staging / ".tasks"
+    specs = [task.row_spec(shared, t.name, v, budget_for(t.name, v, the_plan.config, the_plan.budget_flags),
+                           is_required(t.name, v, the_plan.config), work / str(i), staging / RUN_LOG)
+             for i, (t, v) in enumerate(the_plan.rows)]
+    names = [f"{t.name} {v}" for t, v in the_plan.rows]
+
+    def on_event(i: int, kind: str, payload) -> None:
+        status = payload.get("status") if isinstance(payload, dict) else kind
+        progress(f"{names[i]}: {'converting' if kind == 'start' else status}")
+
+    timing = session.judge.latency or session.judge.threads == "auto"
+    try:
+        results = workers.run_all(specs, jobs, on_event, gate=timing)
+        rows = []
+        for i, (spec, result) in enumerate(zip(specs, results)):
+            if isinstance(result, dict):
+                rows.append(task.merge(Path(spec["work_dir"]), staging, result))
+            else:
+                rows.append({**failed_row(spec["target"], spec["variant"], f"worker: {result}"),
+                             "required": spec["required"]})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        (staging / task.INPUTS_FILE).unlink(missing_ok=True)
     return rows
 
 

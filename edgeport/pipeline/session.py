@@ -55,6 +55,9 @@ class Session:
     target_options: dict = field(default_factory=dict)
     dynamic: tuple = ()
     rewrites: RewriteCache | None = None
+    program_id: dict | None = None     # fingerprint(program, signature): the program's part of every cache key
+    cache: object = None               # edgeport.cache.Cache, or None (--no-cache)
+    reuse_verdict: bool = False        # a cached artifact keeps its cached parity/latency (--reuse-verdict)
 
     @classmethod
     def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":
