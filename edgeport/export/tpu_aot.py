@@ -98,7 +98,8 @@ def compile_id(serialized: bytes, lowered) -> dict:
 
 def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity: dict | None = None) -> dict:
     """:func:`compile_for_topology`, or its cached result (the executable verified by sha256 and the
-    compiler's analysis). Failed compiles are cached too: they are as deterministic as good ones."""
+    compiler's analysis; the compile's row says ``"cache": "hit"``). Failed compiles are cached too: they are
+    as deterministic as good ones."""
     if cache is None or identity is None:
         return compile_for_topology(topology, lowered, out)
     from edgeport.cache import key_of
@@ -111,7 +112,7 @@ def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity:
     row = compile_for_topology(topology, lowered, out)
     files = [row["executable"]] if row.get("executable") else []
     cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
-    return {**row, "cache": "miss"}
+    return row
 
 
 def compile_for_topology(topology: Topology, lowered, out: Path) -> dict:
