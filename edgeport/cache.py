@@ -114,6 +114,14 @@ class Cache:
         _touch(self.entry_dir(key) / "meta.json")
         return meta.get("data") or {}
 
+    def has(self, key: str) -> bool:
+        """Whether a readable entry exists (its files are verified only when :meth:`get` copies them)."""
+        return self._meta(self.entry_dir(key)) is not None
+
+    def files(self, key: str) -> list[str]:
+        meta = self._meta(self.entry_dir(key))
+        return list(meta["files"]) if meta else []
+
     def _meta(self, entry: Path) -> dict | None:
         try:
             meta = json.loads((entry / "meta.json").read_text())

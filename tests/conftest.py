@@ -19,7 +19,8 @@ REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
 
 def run_cli(*args, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # e.g. where Ray is installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *inherited]), "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "edgeport", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from edgeport.diagnostics import first_line, user_source, with_location
 from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
 from edgeport.export.tpu_aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_cached,  # noqa: F401
-                                     compile_for_topology, compile_id, report_sections, topologies_of,
-                                     validate_topologies)
+                                     compile_for_topology, compile_id, merge_pieces, pieces, report_sections,
+                                     topologies_of, validate_topologies)
 from edgeport.runtimes.jax_xla import JaxXlaRunner
 
 
@@ -152,6 +152,9 @@ def convert(job: ConvertJob) -> Converted:
         topologies = [] if job.options.get("artifact_only") else topologies_of(job.options)
         identity = compile_id(serialized, lowered) if job.cache is not None and topologies else None
         compiles = [compile_cached(t, lowered, out, job.cache, identity) for t in topologies]
+    if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
+        _add_notes(job, lowered, compiles)
+        return Converted(out, {"tpu_compile": compiles})
     _write_artifact(out, job, exported, serialized, lowered, precision, compiles)
     _add_notes(job, lowered, compiles)
     host = tpu_host_status()
@@ -243,6 +246,8 @@ TARGET = Target(
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,
                           validate=validate_topologies),),
     report_sections=report_sections,
+    pieces=pieces,
+    merge_pieces=merge_pieces,
     rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops"),
     refuses=(("aten.conv2d.padding", "'immutable_list' object does not support mutation"),),
 )

@@ -82,6 +82,35 @@ def validate_topologies(values: list[str]) -> None:
         parse_topology(value)
 
 
+def pieces(options: dict) -> list[dict]:
+    """The conversion split per topology, so compiles run side by side: piece 0 lowers, writes the
+    artifact and compiles the first topology; every other piece lowers again (seconds) and only compiles
+    its own topology (often minutes). One topology: nothing to split."""
+    names = [t.name for t in topologies_of(options)]
+    if len(names) < 2 or options.get("artifact_only"):
+        return []
+    return [{"tpu_topology": names[:1]}] + [{"tpu_topology": [n], "compile_only": True} for n in names[1:]]
+
+
+def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dict]) -> dict:
+    """Piece 0's details plus the other pieces' compiles (in topology order); meta.json names every
+    executable, as when one process compiled them all."""
+    import json
+
+    from edgeport.runtimes.jax_xla import META_FILE
+
+    compiles = list(details.get("tpu_compile") or [])
+    extra = [dict(c) for other in others for c in other.get("tpu_compile") or []]
+    meta_path = target_dir / variant / META_FILE
+    meta = json.loads(meta_path.read_text())
+    for row in extra:
+        executable = row.pop("executable", None)
+        if executable and (target_dir / variant / executable).is_file():
+            meta["executables"][row["topology"]] = executable
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return {**details, "tpu_compile": compiles + extra}
+
+
 def compile_id(serialized: bytes, lowered) -> dict:
     """What decides a compile besides its topology: the serialized jax.export of the program (its StableHLO,
     weights' shapes and matmul precision), the shapes it is compiled at, the compiler's versions and the

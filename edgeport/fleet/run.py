@@ -27,8 +27,9 @@ class ModelRun:
     staging: Path
     meta: dict | None = None           # what its export task returned
     blob: object = None                # ObjectRef of the exported files (shipping to a cluster)
-    specs: list = field(default_factory=list)
-    rows: dict = field(default_factory=dict)
+    plans: list = field(default_factory=list)      # per row: cache key, pieces (edgeport.pipeline.task.plan_rows)
+    specs: list = field(default_factory=list)      # one per task (a split row has several)
+    results: dict = field(default_factory=dict)    # task index -> row JSON, piece dict or error line
     report: dict | None = None
     error: str | None = None
 
@@ -58,7 +59,8 @@ class Scheduler:
             run = ModelRun(model, staging_dir(self.out / model.name))
             self.runs.append(run)
             payload = {"name": model.name, "opts": model.opts, "ship": self.ship, "staging": str(run.staging),
-                       "cache_root": self.cache_root, "board": self.board}
+                       "cache_root": self.cache_root, "board": self.board,
+                       "rows": [(t.name, v) for t, v in model.plan.rows]}
             meta_ref, run.blob = self.export_fn.remote(payload)
             self._submitted(meta_ref, run, None, f"{model.name}/export")
         while self.pending:
@@ -84,9 +86,8 @@ class Scheduler:
         self.view.update(self.states)
 
     def _exported(self, run: ModelRun, ref) -> None:
-        from edgeport.config import budget_for, is_required
         from edgeport.pipeline.run import RUN_LOG
-        from edgeport.pipeline.task import row_spec
+        from edgeport.pipeline.task import task_specs
 
         name = run.model.name
         meta = self._get(ref, lambda error: {"ok": False, "stage": "export", "error": error, "timings": {}})
@@ -95,15 +96,12 @@ class Scheduler:
             run.error = meta["error"]
             self._finish(run, meta)
             return
-        run.meta = meta
+        run.meta, run.plans = meta, meta["plans"]
         if self.ship:
             self._unpack_export(run)
-        plan = run.model.plan
-        for i, (target, variant) in enumerate(plan.rows):
-            spec = row_spec(meta["shared"], target.name, variant, budget_for(target.name, variant, plan.config, plan.budget_flags),
-                            is_required(target.name, variant, plan.config), run.staging / ".tasks" / str(i), run.staging / RUN_LOG)
-            run.specs.append(spec)
-            key = f"{name}/{target.name}/{variant}"
+        run.specs = task_specs(meta["shared"], run.model.plan, run.plans, run.staging / ".tasks", run.staging / RUN_LOG)
+        for i, spec in enumerate(run.specs):
+            key = task_key(name, spec)
             payload = {"key": key, "board": self.board}
             self._submitted(self.row_fn.remote(payload, spec, run.blob if self.ship else None), run, i, key)
 
@@ -117,25 +115,24 @@ class Scheduler:
             log.write(blob["log"])
 
     def _row_done(self, run: ModelRun, index: int, ref) -> None:
-        from edgeport.pipeline.run import failed_row
-
         spec = run.specs[index]
-        key = f"{run.model.name}/{spec['target']}/{spec['variant']}"
-        result = self._get(ref, lambda error: {"row": {**failed_row(spec["target"], spec["variant"], error),
-                                                       "required": spec["required"]}})
-        row = result["row"]
-        for rel, data in (result.get("files") or {}).items():
+        key = task_key(run.model.name, spec)
+        result = self._get(ref, lambda error: {"error": error})
+        for rel, data in (result.pop("files", None) or {}).items():
             path = Path(spec["work_dir"]) / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        tries = self.attempts.get(key, 1)
-        if tries > 1:
-            row.setdefault("notes", []).append(f"ran {tries} times: its worker died before (Ray retried it)")
-        if row.get("latency_ms"):
-            row.setdefault("notes", []).append(LATENCY_NOTE)
-        run.rows[index] = row
-        self.states[key] = "done" if row.get("status") != "failed" else "failed"
-        if len(run.rows) == len(run.specs):
+        value = result.get("row", result.get("piece_result", result.get("error")))
+        if isinstance(value, dict) and "target" in value:   # a row: say what the fleet knows about it
+            tries = self.attempts.get(key, 1)
+            if tries > 1:
+                value.setdefault("notes", []).append(f"ran {tries} times: its worker died before (Ray retried it)")
+            if value.get("latency_ms"):
+                value.setdefault("notes", []).append(LATENCY_NOTE)
+        run.results[index] = value
+        failed = not isinstance(value, dict) or value.get("status") == "failed" or value.get("error")
+        self.states[key] = "failed" if failed else "done"
+        if len(run.results) == len(run.specs):
             self._finish(run, run.meta)
 
     def _get(self, ref, failed):
@@ -163,13 +160,15 @@ def finish_model(run: ModelRun, meta: dict) -> dict:
     from edgeport.export.program import Signature, TensorInfo
     from edgeport.pipeline.outdir import publish
     from edgeport.pipeline.run import Prepared, finish, write_failed
-    from edgeport.pipeline.task import INPUTS_FILE, merge
+    from edgeport.pipeline.task import INPUTS_FILE, collect, open_cache
 
     model, staging = run.model, run.staging
     if not meta.get("ok"):
         report = write_failed(staging, model.opts, model.plan, meta["error"], meta.get("timings") or {})
     else:
-        rows = [merge(Path(run.specs[i]["work_dir"]), staging, run.rows[i]) for i in range(len(run.specs))]
+        results = [run.results[i] for i in range(len(run.specs))]
+        cache = open_cache(meta["shared"]["cache"]) if meta["shared"]["cache"]["root"] else None
+        rows = collect(staging, model.plan.rows, run.plans, run.specs, results, cache)
         shutil.rmtree(staging / ".tasks", ignore_errors=True)
         (staging / INPUTS_FILE).unlink(missing_ok=True)
         info = lambda d: TensorInfo(d["name"], tuple(d["shape"]), d["dtype"])  # noqa: E731
@@ -180,6 +179,11 @@ def finish_model(run: ModelRun, meta: dict) -> dict:
         report = finish(staging, model.opts, model.plan, rows, prepared)
     publish(staging, model.opts.output.out)
     return report
+
+
+def task_key(model: str, spec: dict) -> str:
+    piece = f"/piece{spec['piece']}" if "piece" in spec else ""
+    return f"{model}/{spec['target']}/{spec['variant']}{piece}"
 
 
 def _board_class(ray):

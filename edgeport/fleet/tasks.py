@@ -18,29 +18,14 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-# TEST-ONLY hook (tests/test_fleet.py): "KEY=COUNTER_FILE" makes the task KEY ("cnn/export", "cnn/onnx/fp32")
-# count its attempts in COUNTER_FILE and kill its own worker process on the first one, as an OOM kill
-# would: Ray must run it again. Never set in normal use.
-CRASH_ENV = "EDGEPORT_FLEET_TEST_CRASH"
-
-
 def started(payload: dict, key: str) -> None:
-    """Tell the driver's progress board this task (attempt) started; then the test hook."""
+    """Tell the driver's progress board this task (attempt) started; then the test-only crash hook."""
+    from edgeport.pipeline.task import test_crash
+
     board = payload.get("board")
     if board is not None:
         board.start.remote(key)
-    _test_crash(key)
-
-
-def _test_crash(key: str) -> None:
-    wanted, _, counter = os.environ.get(CRASH_ENV, "").partition("=")
-    if not counter or wanted != key:
-        return
-    path = Path(counter)
-    attempt = (int(path.read_text()) if path.is_file() else 0) + 1
-    path.write_text(str(attempt))
-    if attempt == 1:
-        os._exit(1)
+    test_crash(key)
 
 
 def export_model(payload: dict):
@@ -48,6 +33,7 @@ def export_model(payload: dict):
     stage (load or export) that failed and why; ``blob`` holds the files' bytes when shipping."""
     from edgeport.diagnostics import first_line
     from edgeport.errors import ExportFailed
+    from edgeport.export.registry import get_target
     from edgeport.pipeline import task
     from edgeport.pipeline.plan import load_user_decompositions
     from edgeport.pipeline.proc import redirected
@@ -67,7 +53,8 @@ def export_model(payload: dict):
             except Exception as exc:  # the user's model failed to load: this model fails, not the fleet
                 return {"ok": False, "stage": "load", "error": f"load failed: {first_line(exc)}", "timings": timings}, None
             shared = task.shared_spec(prepared.session, staging, opts.source, payload.get("cache_root"))
-        meta = {"ok": True, "shared": shared, "program": prepared.program, "timings": prepared.timings,
+            plans = task.plan_rows(prepared.session, [(get_target(t), v) for t, v in payload["rows"]])
+        meta = {"ok": True, "shared": shared, "plans": plans, "program": prepared.program, "timings": prepared.timings,
                 "reference_latency": prepared.session.reference_latency, "data": prepared.session.data}
         return meta, (_blob(staging) if ship else None)
     finally:
@@ -90,16 +77,20 @@ def run_row(payload: dict, spec: dict, blob: dict | None):
 
     started(payload, payload["key"])
     if blob is None:
-        return {"row": run_task(spec)}
+        return _wrap(run_task(spec))
     local = materialize(blob)
     work = Path(tempfile.mkdtemp(prefix="edgeport-row-"))
     try:
         row = run_task({**spec, "program": str(local / "exported.pt2"), "inputs": str(local / "task-inputs.npz"),
                         "work_dir": str(work / "w"), "log": str(work / "worker.log")})
         files = {str(p.relative_to(work / "w")): p.read_bytes() for p in (work / "w").rglob("*") if p.is_file()}
-        return {"row": row, "files": files}
+        return {**_wrap(row), "files": files}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _wrap(result: dict) -> dict:
+    return {"piece_result": result} if "piece" in result else {"row": result}
 
 
 def materialize(blob: dict) -> Path:

@@ -93,6 +93,28 @@ def row_key_parts(target, job, session, prepared) -> dict:
             "libraries": library_versions(("torch", "numpy", *target.requires)), "edgeport": edgeport_id()}
 
 
+def row_key(target, variant: str, session, override: dict | None = None) -> str | None:
+    """The key :func:`convert_or_reuse` will use for this row (with ``override`` applied to the target's
+    options, for one piece of a split conversion); None with the cache off."""
+    from edgeport.cache import key_of
+    from edgeport.export.registry import ConvertJob
+
+    if session.cache is None or session.program_id is None:
+        return None
+    prepared = session.rewrites.for_target(target)
+    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, Path("."),
+                     {**session.job_options(), **(override or {})})
+    return key_of(row_key_parts(target, job, session, prepared))
+
+
+def store_whole_row(cache, key: str, target_dir: Path, files: list[str], data: dict, describe: dict) -> None:
+    """A row converted in pieces, stored as one entry under the key of the unsplit row: a rerun finds it
+    whole (and need not split again)."""
+    present = [f for f in dict.fromkeys(files) if (target_dir / f).is_file()]
+    if data.get("artifact") in present:
+        cache.put(key, target_dir, present, data, describe={"kind": "row", **describe})
+
+
 def snapshot(directory: Path) -> dict[str, tuple]:
     """Relative path -> (size, mtime) of every file under ``directory``."""
     if not directory.is_dir():

@@ -160,38 +160,28 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
 
 
 def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts: ConvertOptions, jobs: int) -> list[dict]:
-    """The rows as tasks (:mod:`edgeport.pipeline.task`) in worker processes; results merged into
-    ``staging`` in plan order. A worker that crashes fails its own row."""
+    """The rows as tasks (:mod:`edgeport.pipeline.task`; a row whose target splits its conversion is several)
+    in worker processes; results merged into ``staging`` in plan order. A crashing worker fails its row."""
     import shutil
 
-    from edgeport.config import budget_for, is_required
     from edgeport.pipeline import task, workers
 
     shared = task.shared_spec(session, staging, opts.source, str(session.cache.root) if session.cache else None)
+    plans = task.plan_rows(session, the_plan.rows)
     work = staging / ".tasks"
-    specs = [task.row_spec(shared, t.name, v, budget_for(t.name, v, the_plan.config, the_plan.budget_flags),
-                           is_required(t.name, v, the_plan.config), work / str(i), staging / RUN_LOG)
-             for i, (t, v) in enumerate(the_plan.rows)]
-    names = [f"{t.name} {v}" for t, v in the_plan.rows]
+    specs = task.task_specs(shared, the_plan, plans, work, staging / RUN_LOG)
 
     def on_event(i: int, kind: str, payload) -> None:
-        status = payload.get("status") if isinstance(payload, dict) else kind
-        progress(f"{names[i]}: {'converting' if kind == 'start' else status}")
+        name = f"{specs[i]['target']} {specs[i]['variant']}" + (f" (piece {specs[i]['piece']})" if "piece" in specs[i] else "")
+        status = (payload.get("status") or ("failed" if payload.get("error") else "done")) if isinstance(payload, dict) else kind
+        progress(f"{name}: {'converting' if kind == 'start' else status}")
 
-    timing = session.judge.latency or session.judge.threads == "auto"
     try:
-        results = workers.run_all(specs, jobs, on_event, gate=timing)
-        rows = []
-        for i, (spec, result) in enumerate(zip(specs, results)):
-            if isinstance(result, dict):
-                rows.append(task.merge(Path(spec["work_dir"]), staging, result))
-            else:
-                rows.append({**failed_row(spec["target"], spec["variant"], f"worker: {result}"),
-                             "required": spec["required"]})
+        results = workers.run_all(specs, jobs, on_event, gate=session.judge.latency or session.judge.threads == "auto")
+        return task.collect(staging, the_plan.rows, plans, specs, results, session.cache)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         (staging / task.INPUTS_FILE).unlink(missing_ok=True)
-    return rows
 
 
 def export(loaded, dynamic):

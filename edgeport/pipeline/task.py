@@ -18,6 +18,11 @@ import shutil
 from pathlib import Path
 
 SCHEMA = "edgeport.task/1"
+# TEST-ONLY hook (tests/test_workers.py, tests/test_fleet.py): "KEY=COUNTER_FILE" makes the task named KEY
+# ("litert/fp32" in a convert, "cnn/export" or "cnn/litert/fp32" in a fleet) count its attempts in
+# COUNTER_FILE and kill its own process on the first one, as a segfault or an OOM kill would. Never set it
+# in normal use.
+CRASH_ENV = "EDGEPORT_TEST_CRASH"
 INPUTS_FILE = "task-inputs.npz"
 PROGRAM_FILE = "exported.pt2"
 _PROGRAMS: dict = {}          # path, size, mtime -> loaded program: a reused worker loads each model once
@@ -49,10 +54,117 @@ def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
                       "reuse_verdict": session.reuse_verdict}}
 
 
+def test_crash(key: str) -> None:
+    """The test-only hook above (does nothing unless ``EDGEPORT_TEST_CRASH`` names ``key``)."""
+    wanted, _, counter = os.environ.get(CRASH_ENV, "").partition("=")
+    if not counter or wanted != key:
+        return
+    path = Path(counter)
+    attempt = (int(path.read_text() or 0) if path.is_file() else 0) + 1
+    path.write_text(str(attempt))
+    if attempt == 1:
+        os._exit(1)
+
+
+def plan_rows(session, rows: list) -> list[dict]:
+    """For each (target, variant): its cache key, whether the cache holds it whole, and the pieces its
+    conversion splits into when it must be converted (with piece 0's own key)."""
+    from edgeport.pipeline.reuse import row_key
+
+    plans = []
+    for target, variant in rows:
+        whole = row_key(target, variant, session)
+        cached = whole is not None and session.cache.has(whole)
+        pieces = target.pieces(dict(session.target_options)) if target.pieces and not cached else []
+        first = row_key(target, variant, session, pieces[0]) if pieces and whole else None
+        plans.append({"key": whole, "cached": cached, "pieces": pieces, "piece0_key": first})
+    return plans
+
+
+def expand(spec: dict, row_plan: dict) -> list[dict]:
+    """The row's task specs: the row itself, or one per piece of its conversion (piece 0 is the row)."""
+    if not row_plan["pieces"]:
+        return [spec]
+    return [{**spec, "target_options": {**spec["target_options"], **override}, "piece": i,
+             "work_dir": f"{spec['work_dir']}.{i}"} for i, override in enumerate(row_plan["pieces"])]
+
+
+def merge_split(staging: Path, target, row: dict, pieces: list[tuple[dict, object]], row_plan: dict, cache) -> dict:
+    """Fold the pieces > 0 of a split row into it (their files, the target's merge of their details,
+    their notes) and store the whole row in the cache under the unsplit row's key."""
+    target_dir = staging / target.name
+    done, files = [], []
+    for spec, result in pieces:
+        work = Path(spec["work_dir"])
+        files += _produced(work / target.name, spec["variant"])
+        merge(work, staging, {})
+        if not isinstance(result, dict) or result.get("error"):
+            error = result.get("error") if isinstance(result, dict) else result
+            row.setdefault("notes", []).append(f"piece {spec['piece']} of the conversion failed: {error}")
+            continue
+        done.append(result["details"])
+        row.setdefault("notes", []).extend(n for n in result.get("notes", []) if n not in row["notes"])
+    if not row.get("artifact"):
+        return row
+    row = target.merge_pieces(target_dir, row["variant"], row, done)
+    if cache is not None and row_plan.get("piece0_key") and len(done) == len(pieces):
+        _store_whole(cache, target, target_dir, row, row_plan, done, files)
+    return row
+
+
+def _store_whole(cache, target, target_dir: Path, row: dict, row_plan: dict, done: list[dict], files: list[str]) -> None:
+    from edgeport.pipeline.reuse import store_whole_row
+
+    first = cache.peek(row_plan["piece0_key"])  # piece 0's converter details, as its worker stored them
+    if not first or "details" not in first:
+        return
+    details = target.merge_pieces(target_dir, row["variant"], first["details"], done)
+    data = {**first, "details": details}
+    store_whole_row(cache, row_plan["key"], target_dir, cache.files(row_plan["piece0_key"]) + files, data,
+                    {"target": target.name, "variant": row["variant"]})
+
+
+def collect(staging: Path, rows: list, plans: list[dict], specs: list[dict], results: list, cache) -> list[dict]:
+    """Rows in plan order from their tasks' results (``specs[i]`` -> ``results[i]``: row JSON, a piece's
+    dict, or an error line when its process died), merged into ``staging``."""
+    from edgeport.pipeline.row import Row
+
+    out = []
+    for index, ((target, variant), row_plan) in enumerate(zip(rows, plans)):
+        mine = [(s, r) for s, r in zip(specs, results) if s["row"] == index]
+        (spec, result), pieces = mine[0], mine[1:]
+        if not isinstance(result, dict):
+            row = Row(target.name, variant, status="failed", error=f"worker: {result}", required=spec["required"]).to_json()
+        else:
+            row = merge(Path(spec["work_dir"]), staging, result)
+        out.append(merge_split(staging, target, row, pieces, row_plan, cache) if pieces else row)
+    return out
+
+
+def _produced(directory: Path, variant: str) -> list[str]:
+    from edgeport.pipeline.reuse import produced
+
+    return [f for f in produced({}, directory, variant) if not f.endswith(".log")]
+
+
 def row_spec(shared: dict, target: str, variant: str, budget: dict, required: bool, work_dir: Path,
-             log: Path | None) -> dict:
+             log: Path | None, index: int = 0) -> dict:
     return {**shared, "target": target, "variant": variant, "budget": budget, "required": required,
-            "work_dir": str(work_dir), "log": str(log) if log else None}
+            "work_dir": str(work_dir), "log": str(log) if log else None, "row": index}
+
+
+def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path | None) -> list[dict]:
+    """Every task of one model: its rows (split into pieces where planned), split rows' tasks first (the
+    long ones: started first, they end with the rest)."""
+    from edgeport.config import budget_for, is_required
+
+    specs = []
+    for index, ((target, variant), row_plan) in enumerate(zip(the_plan.rows, plans)):
+        spec = row_spec(shared, target.name, variant, budget_for(target.name, variant, the_plan.config,
+                        the_plan.budget_flags), is_required(target.name, variant, the_plan.config),
+                        work / str(index), log, index)
+        specs += expand(spec, row_plan)
+    return sorted(specs, key=lambda s: "piece" not in s)
 
 
 def run_task(spec: dict) -> dict:
@@ -68,8 +180,30 @@ def run_task(spec: dict) -> dict:
     log = Path(spec["log"]) if spec.get("log") else work / "worker.log"
     with redirected(log):
         session = restore_session(spec)
-        row = run_row(get_target(spec["target"]), spec["variant"], session, work, spec["budget"], spec["required"])
+        target = get_target(spec["target"])
+        if spec.get("piece"):
+            return json.loads(json.dumps(run_piece(target, spec, session, work), default=_json_default))
+        row = run_row(target, spec["variant"], session, work, spec["budget"], spec["required"])
     return json.loads(json.dumps(row.to_json(), default=_json_default))
+
+
+def run_piece(target, spec: dict, session, work: Path) -> dict:
+    """A piece > 0 of a split conversion: convert only (no judging), report its details and notes."""
+    from edgeport.diagnostics import first_line
+    from edgeport.export.registry import ConvertJob
+    from edgeport.pipeline.proc import redirected
+
+    prepared = session.rewrites.for_target(target)
+    out_dir = work / target.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, spec["variant"], out_dir,
+                     session.job_options(), cache=session.cache)
+    try:
+        with redirected(out_dir / f"convert_{spec['variant']}.piece{spec['piece']}.log"):
+            converted = target.convert(job)
+    except Exception as exc:
+        return {"piece": spec["piece"], "error": first_line(exc), "notes": job.notes}
+    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes}
 
 
 def restore_session(spec: dict):

@@ -74,11 +74,14 @@ class PipeGate:
         self.conn.send(("release", None))
 
 
-def _child(spec: dict, conn, gate: bool) -> None:
+def _child(spec: dict, conn, gate: bool, env: dict) -> None:
     from edgeport.diagnostics import first_line
-    from edgeport.pipeline.task import run_task
+    from edgeport.pipeline.task import run_task, test_crash
     from edgeport.validate import latency
 
+    os.environ.clear()  # the driver's environment now, not the fork server's from when it started
+    os.environ.update(env)
+    test_crash(f"{spec['target']}/{spec['variant']}")
     waiting = PipeGate(conn) if gate else None
     latency.set_gate(waiting)
     try:
@@ -108,19 +111,23 @@ def run_all(specs: list[dict], jobs: int, on_event: Callable[[int, str, object],
     or an error string for a task whose process failed or died."""
     ctx = context()
     queue, running, results = deque(range(len(specs))), {}, [None] * len(specs)
-    while queue or running:
-        while queue and sum(1 for w in running.values() if not w.waiting) < jobs:
-            i = queue.popleft()
-            running[i] = _start(ctx, i, specs[i], gate)
-            on_event(i, "start", None)
-        _grant(running, queue)
-        _poll(running, results, on_event)
+    try:
+        while queue or running:
+            while queue and sum(1 for w in running.values() if not w.waiting) < jobs:
+                i = queue.popleft()
+                running[i] = _start(ctx, i, specs[i], gate)
+                on_event(i, "start", None)
+            _grant(running, queue)
+            _poll(running, results, on_event)
+    finally:  # interrupted (Ctrl-C): no worker outlives the run
+        for worker in running.values():
+            worker.process.terminate()
     return results
 
 
 def _start(ctx, i: int, spec: dict, gate: bool) -> Worker:
     parent, child = ctx.Pipe()
-    process = ctx.Process(target=_child, args=(spec, child, gate), daemon=True)
+    process = ctx.Process(target=_child, args=(spec, child, gate, dict(os.environ)))
     process.start()
     child.close()
     return Worker(i, process, parent)
