@@ -76,14 +76,17 @@ class Scheduler:
         self.states[key] = "queued"
 
     def _refresh(self) -> None:
-        try:
-            self.attempts = self.ray.get(self.board.attempts.remote(), timeout=5)
-        except Exception:
-            pass
+        self._fetch_attempts()
         for key, state in self.states.items():
             if state == "queued" and self.attempts.get(key):
                 self.states[key] = "running"
         self.view.update(self.states)
+
+    def _fetch_attempts(self) -> None:
+        try:
+            self.attempts = self.ray.get(self.board.attempts.remote(), timeout=5)
+        except Exception:
+            pass
 
     def _exported(self, run: ModelRun, ref) -> None:
         from edgeport.pipeline.run import RUN_LOG
@@ -124,6 +127,7 @@ class Scheduler:
             path.write_bytes(data)
         value = result.get("row", result.get("piece_result", result.get("error")))
         if isinstance(value, dict) and "target" in value:   # a row: say what the fleet knows about it
+            self._fetch_attempts()
             tries = self.attempts.get(key, 1)
             if tries > 1:
                 value.setdefault("notes", []).append(f"ran {tries} times: its worker died before (Ray retried it)")

@@ -24,7 +24,9 @@ def started(payload: dict, key: str) -> None:
 
     board = payload.get("board")
     if board is not None:
-        board.start.remote(key)
+        import ray
+
+        ray.get(board.start.remote(key))  # waited for: counted before this attempt can end
     test_crash(key)
 
 
