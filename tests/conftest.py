@@ -18,9 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
 
-def run_cli(*args, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []  # e.g. where Ray is installed
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *inherited]), "COLUMNS": "200"}
+def run_cli(*args, cwd: Path | None = None, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(env or os.environ)
+    inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []  # e.g. where Ray is installed
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(REPO), *inherited]), "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "edgeport", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -190,3 +190,61 @@ def test_silent_ray_address_is_exit_2_within_a_bounded_time(tmp_path, scheme):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no Ray cluster answered at" in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert seconds < 30 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_fleet_on_a_running_cluster_ships_files_through_ray(tmp_path):
+    """--ray-address: nothing shared but Ray itself: the export travels as an object, rows send their
+    files back, edgeport's code travels with the job."""
+    import os
+    import secrets
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    root = _fleet_dir(tmp_path / "fleet")
+    (root / "fleet.toml").write_text(FLEET.split("[[model]]\nname = \"cnn\"")[0])   # mlp only
+    port, session = _closed_port(), tempfile.mkdtemp(prefix="ep-ray-")
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16), "RAY_USAGE_STATS_ENABLED": "0",
+           "EDGEPORT_CACHE": str(tmp_path / "node-cache"), "TMPDIR": str(tmp_path)}
+    env.pop("EDGEPORT_TEST_CRASH", None)
+    head = subprocess.Popen([sys.executable, "-c", "import sys; from ray.scripts.scripts import main; main()", "start",
+                             "--head", "--block", "--port", str(port), "--temp-dir", session, "--num-cpus", "2",
+                             "--include-dashboard", "false", "--object-store-memory", str(300 * 2**20)],
+                            env={k: v for k, v in env.items() if k != "PYTHONPATH"} | {"PYTHONPATH": _ray_path()},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        result = _when_up(lambda: run_cli("fleet", "fleet.toml", "--out", root / "out", "--ray-address",
+                                          f"127.0.0.1:{port}", cwd=root, env=env))
+    finally:
+        head.terminate()
+        head.wait(60)
+        shutil.rmtree(session, ignore_errors=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fleet = json.loads((root / "out" / "fleet.json").read_text())
+    assert fleet["passed"] and fleet["ray"]["address"] == f"127.0.0.1:{port}"
+    report = read_report(root / "out" / "mlp")
+    for row in report["targets"]:
+        assert (root / "out" / "mlp" / row["artifact"]).is_file() and row["status"] == "ok"
+    assert (root / "out" / "mlp" / "exported.pt2").is_file() and not (root / "out" / "ray-logs").exists()
+    assert any((tmp_path / "node-cache").rglob("meta.json")), "the node's own cache was used"
+
+
+def _ray_path() -> str:
+    """Where Ray is importable from in this test run (installed, or on PYTHONPATH)."""
+    import os
+
+    import ray
+
+    return os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", ""), str(ray.__path__[0]).rsplit("/ray", 1)[0]] if p)
+
+
+def _when_up(call, attempts: int = 20):
+    """Run ``call`` once the head answers (it takes seconds to start); the last result otherwise."""
+    for _ in range(attempts):
+        result = call()
+        if result.returncode != 2 or "cannot reach Ray" not in result.stderr:
+            return result
+        time.sleep(2)
+    return result

@@ -100,7 +100,9 @@ def materialize(blob: dict) -> Path:
     digest = hashlib.sha256(blob["program"] + blob["inputs"]).hexdigest()[:20]
     final = Path(tempfile.gettempdir()) / f"edgeport-fleet-{digest}"
     if (final / "task-inputs.npz").is_file():
+        os.utime(final)
         return final
+    _clean_stale(final.parent)
     tmp = Path(tempfile.mkdtemp(prefix="edgeport-fleet-tmp-"))
     (tmp / "exported.pt2").write_bytes(blob["program"])
     (tmp / "task-inputs.npz").write_bytes(blob["inputs"])
@@ -109,3 +111,15 @@ def materialize(blob: dict) -> Path:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # another task of this node was first
     return final
+
+
+def _clean_stale(parent: Path, max_age_s: float = 24 * 3600) -> None:
+    """Models' files left on this node by fleets that ended a day ago or more."""
+    import time
+
+    for path in parent.glob("edgeport-fleet-*"):
+        try:
+            if time.time() - path.stat().st_mtime > max_age_s:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
