@@ -30,6 +30,11 @@ targets = ["onnx"]
 [[model]]
 name = "broken"
 spec = "broken.py:build"
+
+[[model]]
+name = "noload"
+spec = "broken.py:no_weights"
+targets = ["onnx"]
 """
 
 BROKEN = """import torch
@@ -40,6 +45,8 @@ class M(torch.nn.Module):
         return x
 def build():
     return M(), (torch.randn(2, 3),)
+def no_weights():
+    raise FileNotFoundError("weights.bin")
 """
 
 CNN = """import torch
@@ -79,8 +86,10 @@ def test_failing_model_is_reported_and_the_rest_convert(fleet_run):
     fleet = json.loads((root / "out" / "fleet.json").read_text())
     assert fleet["schema"] == "edgeport.fleet/1" and fleet["passed"] is False
     models = {m["name"]: m for m in fleet["models"]}
-    assert list(models) == ["mlp", "cnn", "broken"]
+    assert list(models) == ["mlp", "cnn", "broken", "noload"]
     assert models["mlp"]["passed"] and models["cnn"]["passed"] and not models["broken"]["passed"]
+    assert not models["noload"]["passed"] and models["noload"]["rows"][0]["status"] == "failed"
+    assert models["noload"]["error"].startswith("load failed: calling no_weights() from") and "weights.bin" in models["noload"]["error"]
     assert [(r["target"], r["variant"], r["status"]) for r in models["mlp"]["rows"]] == [
         ("litert", "fp32", "ok"), ("onnx", "fp32", "ok")]
     assert [(r["target"], r["status"]) for r in models["cnn"]["rows"]] == [("onnx", "ok")]
@@ -248,3 +257,28 @@ def _when_up(call, attempts: int = 20):
             return result
         time.sleep(2)
     return result
+
+
+def test_progress_view_live_on_a_terminal_lines_in_a_log():
+    import io
+
+    from rich.console import Console
+
+    from edgeport.fleet.view import View
+
+    view = View()
+    screen = io.StringIO()
+    view.console = Console(file=screen, force_terminal=True, width=100)
+    states = {"a/export": "done", "a/onnx/fp32": "running", "b/export": "queued", "c/export": "failed"}
+    with view:
+        view.update(states)
+    text = screen.getvalue()
+    assert "1 queued · 1 running · 1 done · 1 failed" in text and "a/onnx/fp32" in text and "a/export" not in text
+    log = View()
+    log.lines = Console(file=io.StringIO(), width=100)
+    with log:
+        log.update(states)
+        log.update({**states, "a/onnx/fp32": "done"})
+    lines = log.lines.file.getvalue().splitlines()
+    assert lines == ["edgeport fleet: a/export done", "edgeport fleet: a/onnx/fp32 running", "edgeport fleet: b/export queued",
+                     "edgeport fleet: c/export failed", "edgeport fleet: a/onnx/fp32 done"]

@@ -52,13 +52,15 @@ class View:
                 self.lines.print(f"edgeport fleet: {key} {state}", markup=False)
 
     def _table(self, states: dict[str, str]):
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         counts = {s: sum(1 for v in states.values() if v == s) for s in STATES}
-        table = Table(title=" · ".join(f"{counts[s]} {s}" for s in STATES), show_edge=False)
+        table = Table(show_edge=False)
         table.add_column("task")
         table.add_column("state")
         for key, state in states.items():
             if state != "done":  # finished tasks leave the table; the counts keep them
                 table.add_row(escape(key), f"[{STYLE[state]}]{state}")
-        return table
+        return Group(Text("edgeport fleet: " + " · ".join(f"{counts[s]} {s}" for s in STATES), style="bold"), table)

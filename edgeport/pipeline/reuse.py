@@ -149,7 +149,7 @@ def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[objec
 
     key = key_of(row_key_parts(target, job, session, prepared))
     data = cache.get(key, job.out_dir)
-    if data is not None and (job.out_dir / data.get("artifact", "\0")).is_file():
+    if data is not None and _relative(data.get("artifact")) and (job.out_dir / data["artifact"]).is_file():
         state["cache"] = "hit"
         job.notes.extend(n for n in data.get("notes", []) if n not in job.notes)
         return Converted(job.out_dir / data["artifact"], data.get("details") or {}), key
@@ -163,6 +163,10 @@ def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[objec
                                             "notes": job.notes[notes_before:]},
                   describe={"kind": "row", "target": target.name, "variant": job.variant})
     return converted, key
+
+
+def _relative(path) -> bool:
+    return isinstance(path, str) and bool(path) and not Path(path).is_absolute() and ".." not in Path(path).parts
 
 
 VERDICT_FIELDS = ("status", "error", "parity", "latency_ms", "io", "diverged_at")
