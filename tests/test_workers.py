@@ -4,7 +4,7 @@ only its row, TPU compiles split per topology, and timing waits until nothing el
 import json
 from collections import deque
 
-from conftest import REPO, read_report, run_cli
+from conftest import REPO, read_report, run_cli, write_model_file
 
 from edgeport.pipeline import workers
 
@@ -16,8 +16,16 @@ def _files(out):
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and not p.name.endswith(".log"))
 
 
+DEEP = """def build():
+    torch.manual_seed(0)
+    layers = [m for _ in range(55) for m in (nn.Linear(8, 8), nn.Tanh())]   # 110 ops: big enough to split
+    return nn.Sequential(*layers), (torch.randn(2, 8),)
+"""
+
+
 def test_parallel_rows_match_sequential_and_split_tpu_compiles(tmp_path):
-    argv = ("convert", f"{MODELS}:mlp", "-t", "litert", "-t", "onnx", "-t", "tpu", *TOPOLOGIES, "--samples", "2", "--no-cache")
+    model = write_model_file(tmp_path, DEEP)
+    argv = ("convert", f"{model}:build", "-t", "litert", "-t", "onnx", "-t", "tpu", *TOPOLOGIES, "--samples", "2", "--no-cache")
     sequential = run_cli(*argv, "-j", "1", "--no-latency", "--out", tmp_path / "seq")
     parallel = run_cli(*argv, "-j", "2", "--out", tmp_path / "par")   # latency on: the timing gate is used
     assert sequential.returncode == 0 and parallel.returncode == 0, parallel.stdout + parallel.stderr
@@ -78,3 +86,19 @@ def test_timing_waits_until_nothing_converts_or_times():
     del running[0]
     workers._grant(running, deque())
     assert waiter.conn.sent == [("go", None)]
+
+
+def test_only_programs_big_enough_split_their_tpu_compiles():
+    import torch
+
+    import models
+    from edgeport.export.tpu_aot import pieces
+
+    small = torch.export.export(*models.mlp())
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(DEEP, namespace)
+    big = torch.export.export(*namespace["build"]())
+    options = {"tpu_topology": ["v5e:1x1", "v6e:1x1"]}
+    assert pieces(options, small) == []
+    assert pieces(options, big) == [{"tpu_topology": ["v5e:1x1"]}, {"tpu_topology": ["v6e:1x1"], "compile_only": True}]
+    assert pieces({"tpu_topology": ["v5e:1x1"]}, big) == [] and pieces({**options, "artifact_only": True}, big) == []

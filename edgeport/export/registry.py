@@ -116,9 +116,9 @@ class Target:
     # (None: not declared, so every variant's key does)
     calibrated_variants: tuple[str, ...] | None = None
     # independent pieces of one conversion that may run side by side (e.g. one compile per TPU topology):
-    # pieces(options) -> option overrides, one per piece ([]: no split); piece 0 builds the artifact and is
-    # judged, the others only add files; merge_pieces(target_dir, variant, details, others' details) -> details
-    pieces: Callable[[dict], list[dict]] | None = None
+    # pieces(options, program) -> option overrides, one per piece ([]: no split); piece 0 builds the artifact
+    # and is judged, the others only add files; merge_pieces(target_dir, variant, details, others) -> details
+    pieces: Callable[[dict, Any], list[dict]] | None = None
     merge_pieces: Callable[[Path, str, dict, list[dict]], dict] | None = None
 
     def __post_init__(self):

@@ -75,7 +75,7 @@ def plan_rows(session, rows: list) -> list[dict]:
     for target, variant in rows:
         whole = row_key(target, variant, session)
         cached = whole is not None and session.cache.has(whole)
-        pieces = target.pieces(dict(session.target_options)) if target.pieces and not cached else []
+        pieces = target.pieces(dict(session.target_options), session.program) if target.pieces and not cached else []
         first = row_key(target, variant, session, pieces[0]) if pieces and whole else None
         plans.append({"key": whole, "cached": cached, "pieces": pieces, "piece0_key": first})
     return plans

@@ -21,7 +21,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-PRELOAD = ["torch", "numpy", "edgeport.pipeline.task", "edgeport.pipeline.row"]
+# What every row imports before its converter: torch and its export stack (~5 s more than torch alone,
+# paid once here instead of in every worker). No converter library: some start threads or pick a
+# backend when imported, which a fork must not inherit.
+PRELOAD = ["torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy", "numpy",
+           "edgeport.sources.pt2_archive", "edgeport.export.rewrites", "edgeport.pipeline.task", "edgeport.pipeline.row"]
 POLL_SECONDS = 1.0
 
 
