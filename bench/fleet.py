@@ -55,6 +55,7 @@ def rerun(model: str, work: Path) -> dict:
 
 
 def fleet_vs_sequential(work: Path) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
     (work / "fleet.toml").write_text(fleet_toml())
     sequential = [convert(str(ROOT / spec), work / "seq" / name, work / "seq-cache", "--no-latency", "--samples", "4")
                   for name, spec in FLEET_MODELS]

@@ -119,6 +119,8 @@ class Target:
     # pieces(options, program) -> option overrides, one per piece ([]: no split); piece 0 builds the artifact
     # and is judged, the others only add files; merge_pieces(target_dir, variant, details, others) -> details
     pieces: Callable[[dict, Any], list[dict]] | None = None
+    # how long a conversion usually takes relative to others (scheduling only: longest tasks start first)
+    relative_cost: float = 1.0
     merge_pieces: Callable[[Path, str, dict, list[dict]], dict] | None = None
 
     def __post_init__(self):

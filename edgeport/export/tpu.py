@@ -241,6 +241,7 @@ TARGET = Target(
     convert=convert,
     runners=(JaxXlaRunner,),
     calibrated_variants=(),
+    relative_cost=3.0,
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,

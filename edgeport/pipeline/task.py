@@ -154,8 +154,8 @@ def row_spec(shared: dict, target: str, variant: str, budget: dict, required: bo
 
 
 def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path | None) -> list[dict]:
-    """Every task of one model: its rows (split into pieces where planned), split rows' tasks first (the
-    long ones: started first, they end with the rest)."""
+    """Every task of one model: its rows (split into pieces where planned), longest first (split rows,
+    then by the target's ``relative_cost``): started first, they end with the rest."""
     from edgeport.config import budget_for, is_required
 
     specs = []
@@ -163,8 +163,8 @@ def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path 
         spec = row_spec(shared, target.name, variant, budget_for(target.name, variant, the_plan.config,
                         the_plan.budget_flags), is_required(target.name, variant, the_plan.config),
                         work / str(index), log, index)
-        specs += expand(spec, row_plan)
-    return sorted(specs, key=lambda s: "piece" not in s)
+        specs += [{**s, "cost": target.relative_cost} for s in expand(spec, row_plan)]
+    return sorted(specs, key=lambda s: ("piece" not in s, -s["cost"]))
 
 
 def run_task(spec: dict) -> dict:
