@@ -34,7 +34,7 @@ def export_model(payload: dict):
     """Load and export one model, samples and reference: (meta, blob). ``meta["ok"]`` False names the
     stage (load or export) that failed and why; ``blob`` holds the files' bytes when shipping."""
     from edgeport.diagnostics import first_line
-    from edgeport.errors import ExportFailed
+    from edgeport.errors import ExportFailed, UsageError
     from edgeport.export.registry import get_target
     from edgeport.pipeline import task
     from edgeport.pipeline.plan import load_user_decompositions
@@ -53,7 +53,8 @@ def export_model(payload: dict):
             except ExportFailed as exc:
                 return {"ok": False, "stage": "export", "error": str(exc), "timings": timings}, None
             except Exception as exc:  # the user's model failed to load: this model fails, not the fleet
-                return {"ok": False, "stage": "load", "error": f"load failed: {first_line(exc)}", "timings": timings}, None
+                why = (str(exc).splitlines() or [""])[0] if isinstance(exc, UsageError) else first_line(exc)
+                return {"ok": False, "stage": "load", "error": f"load failed: {why}", "timings": timings}, None
             shared = task.shared_spec(prepared.session, staging, opts.source, payload.get("cache_root"))
             plans = task.plan_rows(prepared.session, [(get_target(t), v) for t, v in payload["rows"]])
         meta = {"ok": True, "shared": shared, "plans": plans, "program": prepared.program, "timings": prepared.timings,
