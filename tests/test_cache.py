@@ -153,6 +153,7 @@ def test_corrupt_cached_artifact_is_a_miss_and_the_run_passes(tmp_path):
     assert row["cache"] == "miss" and row["sha256"] == _rows(tmp_path / "a")[("onnx", "fp32")]["sha256"]
 
 
+@pytest.mark.slow
 def test_two_concurrent_converts_share_the_cache(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     argv = lambda out: [sys.executable, "-m", "edgeport", "convert", f"{MODELS}:cnn", "-t", "onnx", "-t", "litert",  # noqa: E731

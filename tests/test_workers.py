@@ -4,6 +4,8 @@ only its row, TPU compiles split per topology, and timing waits until nothing el
 import json
 from collections import deque
 
+import pytest
+
 from conftest import REPO, read_report, run_cli, write_model_file
 
 from edgeport.pipeline import workers
@@ -23,6 +25,7 @@ DEEP = """def build():
 """
 
 
+@pytest.mark.slow
 def test_parallel_rows_match_sequential_and_split_tpu_compiles(tmp_path):
     model = write_model_file(tmp_path, DEEP)
     argv = ("convert", f"{model}:build", "-t", "litert", "-t", "onnx", "-t", "tpu", *TOPOLOGIES, "--samples", "2", "--no-cache")
