@@ -44,7 +44,7 @@ def convert(
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
     cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`"),
     reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per core; 1: one after another in this process)"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)"),
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""

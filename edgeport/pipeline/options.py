@@ -46,7 +46,7 @@ class ConvertOptions:
     target_options: dict = field(default_factory=dict)   # each target's own options, by TargetOption.key
     cache: bool = True                 # reuse/store conversions in edgeport's cache (edgeport.cache)
     reuse_verdict: bool = False        # a cache hit keeps its stored parity/latency instead of measuring again
-    jobs: int | None = None            # rows run in this many worker processes (None: one per core; 1: in-process)
+    jobs: int | None = None            # rows run in this many worker processes (None: one per 2 cores; 1: in-process)
 
 
 PARTS = {"source": SourceOptions, "judge": JudgeOptions, "output": OutputOptions}

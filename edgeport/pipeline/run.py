@@ -138,8 +138,8 @@ def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, mo
 
 
 def row_jobs(opts: ConvertOptions, the_plan) -> int:
-    """Worker processes for the rows: one per core (or ``--jobs``), never more than there are rows to
-    convert; 1 means in this process, one row after another."""
+    """Worker processes for the rows: one per two cores (or ``--jobs``; see workers.default_jobs), never
+    more than there are rows to convert; 1 means in this process, one row after another."""
     from edgeport.pipeline.workers import default_jobs
 
     installed = [t for t, _v in the_plan.rows if not t.missing_requirements()]
