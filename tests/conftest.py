@@ -18,8 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
 
-def run_cli(*args, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+def run_cli(*args, cwd: Path | None = None, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(env or os.environ)
+    inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []  # e.g. where Ray is installed
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(REPO), *inherited]), "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "edgeport", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -82,3 +84,18 @@ def write_model_file(tmp_path: Path, body: str, name: str = "model.py") -> Path:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_cache(tmp_path_factory):
+    """No test writes edgeport's real cache, and no test is sped up (or hidden) by another's entries: each
+    module's fixtures get their own empty cache ..."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGEPORT_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_cache(tmp_path_factory, monkeypatch):
+    """... and each test its own, outside its tmp_path (a test sharing one on purpose sets EDGEPORT_CACHE)."""
+    monkeypatch.setenv("EDGEPORT_CACHE", str(tmp_path_factory.mktemp("cache")))

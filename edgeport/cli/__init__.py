@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from edgeport.cli import commands, generate, tools  # noqa: F401  (registers the commands)
+from edgeport.cli import commands, fleet, generate, tools  # noqa: F401  (registers the commands)
 from edgeport.cli.app import app, usage_line
 from edgeport.errors import UsageError
 

@@ -49,6 +49,9 @@ def convert(
     prefill_len: List[int] = typer.Option([], "--prefill-len", help="text-generation: a prefill signature of this many tokens (repeatable; default 32)"),
     cache_len: Optional[int] = typer.Option(None, "--cache-len", help="text-generation: KV cache slots (prompt + generated tokens; default 256 or the model's positions)"),
     gen_tokens: Optional[int] = typer.Option(None, "--gen-tokens", help="text-generation: greedy tokens generated per judged prompt (default 16)"),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`"),
+    reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)"),
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
@@ -60,7 +63,8 @@ def convert(
         threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
         budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
         calibration_data=calibration_data, target_options=target_options, task=task, prefill_lens=prefill_len,
-        cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max)
+        cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max, cache=cache,
+        reuse_verdict=reuse_verdict, jobs=jobs)
     result = with_progress(lambda progress: api.convert(opts, progress))
     native_output_to(result.out / RUN_LOG)
     print_summary(result.report, result.out)

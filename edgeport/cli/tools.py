@@ -61,3 +61,38 @@ def bundle(
             typer.echo(f"{platform}: {copy_bundle(out, app_dir, platform)}")
     except UsageError as exc:
         fail_usage(str(exc))
+
+
+cache_app = typer.Typer(no_args_is_help=True, help="edgeport's conversion cache ($EDGEPORT_CACHE, bounded by EDGEPORT_CACHE_MAX)")
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("info")
+def cache_info() -> None:
+    """Where the cache is, how many entries (converted rows, TPU compiles, verdicts) and how big."""
+    from edgeport.cache import Cache
+
+    try:
+        info = Cache().info()
+    except UsageError as exc:
+        fail_usage(str(exc))
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(info["kinds"].items())) or "none"
+    typer.echo(f"path: {info['path']}")
+    typer.echo(f"entries: {info['entries']} ({kinds})")
+    typer.echo(f"size: {_mib(info['bytes'])} of {_mib(info['max_bytes'])} (least recently used entries go first)")
+
+
+@cache_app.command("clear")
+def cache_clear() -> None:
+    """Remove every entry."""
+    from edgeport.cache import Cache
+
+    try:
+        cache = Cache()
+    except UsageError as exc:
+        fail_usage(str(exc))
+    typer.echo(f"removed {cache.clear()} entries from {cache.root}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"

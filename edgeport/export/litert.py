@@ -75,6 +75,8 @@ TARGET = Target(
     runners=(LiteRTRunner, CompiledModelRunner),
     generative="edgeport.export.litert_gen",
     float_fallback=FallbackSupport(litert_quant.SCHEMES, litert_quant.layers, litert_quant.prepare),
+    calibrated_variants=("int8",),
+    relative_cost=2.0,
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
               "sort_by_rank", "scatter_add_onehot"),

@@ -211,6 +211,7 @@ TARGET = Target(
     options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),),
+    calibrated_variants=("int8",),
     dynamic_dims=True,
     float_fallback=FallbackSupport(onnx_quant.SCHEMES, onnx_quant.layers, prepare_fallback),
     rewrites=("upcast_fp32", "inline_custom_ops"),

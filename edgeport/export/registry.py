@@ -42,6 +42,7 @@ class ConvertJob:
     # for a target whose converter cannot take the program and captures the module itself; None when there
     # is none (.pt2) or when the program carries rewrites the module does not
     module: Any = None
+    cache: Any = None                 # edgeport.cache.Cache for pieces a target caches itself (TPU compiles)
 
 
 @dataclass
@@ -160,6 +161,16 @@ class Target:
     # module defining ``GENERATIVE: GenerativeSupport`` (prefill/decode with a KV cache), if the target has one
     generative: str | None = None
     float_fallback: FallbackSupport | None = None   # quantized variants that can keep layers in float
+    # variants whose convert() reads job.options["calibration"]: their cache key hashes those samples
+    # (None: not declared, so every variant's key does)
+    calibrated_variants: tuple[str, ...] | None = None
+    # independent pieces of one conversion that may run side by side (e.g. one compile per TPU topology):
+    # pieces(options, program) -> option overrides, one per piece ([]: no split); piece 0 builds the artifact
+    # and is judged, the others only add files; merge_pieces(target_dir, variant, details, others) -> details
+    pieces: Callable[[dict, Any], list[dict]] | None = None
+    # how long a conversion usually takes relative to others (scheduling only: longest tasks start first)
+    relative_cost: float = 1.0
+    merge_pieces: Callable[[Path, str, dict, list[dict]], dict] | None = None
 
     def __post_init__(self):
         from edgeport.export.rewrites import check_known

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from edgeport.diagnostics import first_line, user_source, with_location
 from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
-from edgeport.export.tpu_aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_for_topology, report_sections,
+from edgeport.export.tpu_aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_cached,  # noqa: F401
+                                     compile_for_topology, compile_id, merge_pieces, pieces, report_sections,
                                      topologies_of, validate_topologies)
 from edgeport.runtimes.jax_xla import JaxXlaRunner
 
@@ -148,11 +149,16 @@ def convert(job: ConvertJob) -> Converted:
         lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs], job.example_inputs)
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
+        serialized = exported.serialize()
         lower_seconds = time.perf_counter() - start
         # artifact_only: a caller (e.g. parity localization) needs only something to run, not the TPU compiles
         topologies = [] if job.options.get("artifact_only") else topologies_of(job.options)
-        compiles = [compile_for_topology(t, lowered, out) for t in topologies]
-    _write_artifact(out, job, exported, lowered, precision, compiles)
+        identity = compile_id(serialized, lowered) if job.cache is not None and topologies else None
+        compiles = [compile_cached(t, lowered, out, job.cache, identity) for t in topologies]
+    if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
+        _add_notes(job, lowered, compiles)
+        return Converted(out, {"tpu_compile": compiles})
+    _write_artifact(out, job, exported, serialized, lowered, precision, compiles)
     _add_notes(job, lowered, compiles)
     host = tpu_host_status()
     details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
@@ -163,12 +169,13 @@ def convert(job: ConvertJob) -> Converted:
     return Converted(out / EXPORT_FILE, details)
 
 
-def _write_artifact(out: Path, job: ConvertJob, exported, lowered: Lowered, precision: str, compiles: list[dict]) -> None:
+def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, lowered: Lowered, precision: str,
+                    compiles: list[dict]) -> None:
     from safetensors.flax import save_file
 
     from edgeport.runtimes.jax_xla import EXPORT_FILE, META_FILE, WEIGHTS_FILE
 
-    (out / EXPORT_FILE).write_bytes(exported.serialize())
+    (out / EXPORT_FILE).write_bytes(serialized)
     save_file(lowered.weights, str(out / WEIGHTS_FILE))
     (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
     executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
@@ -237,11 +244,15 @@ TARGET = Target(
     convert=convert,
     runners=(JaxXlaRunner,),
     generative="edgeport.export.tpu_gen",
+    calibrated_variants=(),
+    relative_cost=3.0,
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,
                           validate=validate_topologies),),
     report_sections=report_sections,
+    pieces=pieces,
+    merge_pieces=merge_pieces,
     rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops"),
     refuses=(("aten.conv2d.padding", "'immutable_list' object does not support mutation"),),
 )

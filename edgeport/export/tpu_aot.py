@@ -82,6 +82,76 @@ def validate_topologies(values: list[str]) -> None:
         parse_topology(value)
 
 
+# A split costs every extra piece a jax/torchax import and a lowering (seconds); it pays when a compile
+# takes longer than that. Compile time grows with the program: MobileNetV2 (152 ops) ~1 min per topology,
+# a 75-op text encoder ~2 s. Programs with fewer ops than this compile every topology in one piece.
+SPLIT_MIN_OPS = 100
+
+
+def pieces(options: dict, program=None) -> list[dict]:
+    """The conversion split per topology, so compiles run side by side: piece 0 lowers, writes the
+    artifact and compiles the first topology; every other piece lowers again and only compiles its own
+    topology. One topology, or a small program: nothing to split."""
+    names = [t.name for t in topologies_of(options)]
+    if len(names) < 2 or options.get("artifact_only"):
+        return []
+    if program is not None and sum(1 for n in program.graph.nodes if n.op == "call_function") < SPLIT_MIN_OPS:
+        return []
+    return [{"tpu_topology": names[:1]}] + [{"tpu_topology": [n], "compile_only": True} for n in names[1:]]
+
+
+def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dict]) -> dict:
+    """Piece 0's details plus the other pieces' compiles (in topology order); meta.json names every
+    executable, as when one process compiled them all."""
+    import json
+
+    from edgeport.runtimes.jax_xla import META_FILE
+
+    compiles = list(details.get("tpu_compile") or [])
+    extra = [dict(c) for other in others for c in other.get("tpu_compile") or []]
+    meta_path = target_dir / variant / META_FILE
+    meta = json.loads(meta_path.read_text())
+    for row in extra:
+        executable = row.pop("executable", None)
+        if executable and (target_dir / variant / executable).is_file():
+            meta["executables"][row["topology"]] = executable
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return {**details, "tpu_compile": compiles + extra}
+
+
+def compile_id(serialized: bytes, lowered) -> dict:
+    """What decides a compile besides its topology: the serialized jax.export of the program (its StableHLO,
+    weights' shapes and matmul precision), the shapes it is compiled at, the compiler's versions and the
+    code here that sets up sharding."""
+    import hashlib
+
+    from edgeport.validate.environment import package_versions
+
+    return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(serialized).hexdigest(),
+            "avals": [[list(a.shape), str(a.dtype)] for a in lowered.compile_avals],
+            "libraries": package_versions(["jax", "jaxlib", "libtpu"]),
+            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+
+
+def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity: dict | None = None) -> dict:
+    """:func:`compile_for_topology`, or its cached result (the executable verified by sha256 and the
+    compiler's analysis; the compile's row says ``"cache": "hit"``). Failed compiles are cached too: they are
+    as deterministic as good ones."""
+    if cache is None or identity is None:
+        return compile_for_topology(topology, lowered, out)
+    from edgeport.cache import key_of
+
+    key = key_of({**identity, "topology": topology.name})
+    start = time.perf_counter()
+    data = cache.get(key, out)
+    if data is not None and "row" in data:
+        return {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
+    row = compile_for_topology(topology, lowered, out)
+    files = [row["executable"]] if row.get("executable") else []
+    cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
+    return row
+
+
 def compile_for_topology(topology: Topology, lowered: Lowered, out: Path, donate: tuple[int, ...] = (),
                          program: str | None = None) -> dict:
     """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row.

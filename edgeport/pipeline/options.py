@@ -48,6 +48,9 @@ class ConvertOptions:
     generation: GenerationOptions = field(default_factory=GenerationOptions)   # --task text-generation
     fallback: str | None = None          # "float": keep the layers that break int8 in float (edgeport.quantize)
     fallback_max: str | None = None      # cap on float layers: "25%" of the quantizable layers (default) or a count
+    cache: bool = True                 # reuse/store conversions in edgeport's cache (edgeport.cache)
+    reuse_verdict: bool = False        # a cache hit keeps its stored parity/latency instead of measuring again
+    jobs: int | None = None            # rows run in this many worker processes (None: one per 2 cores; 1: in-process)
 
 
 PARTS = {"source": SourceOptions, "judge": JudgeOptions, "output": OutputOptions, "generation": GenerationOptions}

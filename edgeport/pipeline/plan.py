@@ -48,6 +48,7 @@ def plan(opts: ConvertOptions) -> Plan:
         target.validate_options(opts.target_options)
     check_dynamic(opts.source.dynamic)
     check_judge(opts.judge)
+    check_run(opts)
     rows = generation.rows if generation else \
         [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
     fallback = check_fallback(opts, rows, generative=generation is not None)
@@ -107,6 +108,16 @@ def check_judge(judge: JudgeOptions) -> None:
     from edgeport.validate.data import check_sample_count
 
     check_sample_count(judge.samples)
+
+
+def check_run(opts: ConvertOptions) -> None:
+    """--jobs and the cache's settings (EDGEPORT_CACHE_MAX) are read before any work."""
+    if opts.jobs is not None and (not isinstance(opts.jobs, int) or opts.jobs < 1):
+        raise UsageError(f"--jobs must be a number >= 1, got {opts.jobs!r}")
+    if opts.cache:
+        from edgeport.cache import default_max_bytes
+
+        default_max_bytes()
 
 
 def fixed_threads(threads: int | str) -> int:

@@ -80,6 +80,7 @@ class Row:
 def run_row(target, variant: str, session: Session, staging: Path, budget: dict, required: bool = True) -> Row:
     """Convert, load, check and time one (target, variant)."""
     from edgeport.export.registry import ConvertJob
+    from edgeport.pipeline.reuse import convert_or_reuse, keep_verdict, reused_verdict
 
     row = Row(target.name, variant, required=required)
     missing = target.missing_requirements()
@@ -92,13 +93,13 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
     start = time.perf_counter()
     prepared = session.rewrites.for_target(target)
     job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
-                     session.job_options(), notes=list(prepared.notes),
+                     session.job_options(), notes=list(prepared.notes), cache=session.cache,
                      module=None if prepared.applied else session.module)  # the module lacks the program's rewrites
     row.rewrites = [*session.module_rewrites, *prepared.applied]
     budget = budget_after_rewrites(budget, prepared)
     try:
-        with redirected(log):
-            converted = target.convert(job)
+        with redirected(log):  # row.details["cache"]: hit, miss or off
+            converted, key = convert_or_reuse(target, job, session, prepared, row.details)
     except Exception as exc:
         row.status, row.error = "failed", conversion_error(exc, prepared.program)
         row.note(*job.notes)
@@ -107,10 +108,14 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
     row.note(*job.notes)
     start = time.perf_counter()
     with redirected(log):  # runtimes log too (e.g. delegate creation)
-        row.apply(judge_artifact(target, converted.artifact, session, budget))
-        if not quantization_explains(row, target, job, session, budget, staging) and row.parity and \
-                not row.parity["passed"] and session.judge.localize and converter_to_blame(row.parity):
-            localize(row, target, job, session, budget)
+        if not reused_verdict(row, key, session, budget):
+            row.apply(judge_artifact(target, converted.artifact, session, budget))
+            explained = quantization_explains(row, target, job, session, budget, staging)
+            if not explained and row.parity and not row.parity["passed"] and session.judge.localize and \
+                    converter_to_blame(row.parity):
+                localize(row, target, job, session, budget)
+            if not (row.details.get("quantization") or {}).get("float_layers"):  # else a rebuilt artifact
+                keep_verdict(row, key, session, budget)
     row.check_seconds = round(time.perf_counter() - start, 3)
     if row.io:
         row.parity_sample = parity_sample_for(out_dir, row, session, staging)

@@ -58,38 +58,83 @@ def into(the_plan):
     return convert_generation
 
 
+@dataclass
+class Prepared:
+    """What the rows of one model share once it is loaded and exported (also what a fleet's export task
+    hands back): the session, the signature, the program's size and fingerprint, the timings so far."""
+
+    session: object
+    signature: object
+    program: dict
+    timings: dict
+
+
 def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progress) -> dict:
-    from edgeport.config import is_required
+    jobs = row_jobs(opts, the_plan)
+    if jobs > 1:
+        from edgeport.pipeline.workers import prewarm
+
+        prewarm()  # the workers' imports overlap loading and exporting
+    timings: dict[str, float] = {}
+    try:
+        prepared = prepare(staging, opts, the_plan, progress, timings, workers=jobs > 1)
+    except ExportFailed as exc:
+        return write_failed(staging, opts, the_plan, str(exc), timings)
+    if jobs > 1:
+        rows = run_rows_parallel(prepared.session, the_plan, staging, progress, opts, jobs)
+    else:
+        rows = run_rows(prepared.session, the_plan, staging, progress)
+    return finish(staging, opts, the_plan, rows, prepared)
+
+
+def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, timings: dict,
+            workers: bool = False) -> Prepared:
+    """Load, the one torch.export (saved as ``exported.pt2``), samples and PyTorch's reference."""
     from edgeport.export.program import fingerprint, save_program, signature_of
     from edgeport.export.rewrites import apply_module_rewrites
     from edgeport.sources import load_model
-    from edgeport.validate.report import write_outputs
 
-    timings: dict[str, float] = {}
     progress("loading model")
     with timed(timings, "load"):
         loaded = load_model(opts.source)
     module_rewrites = apply_module_rewrites(loaded.module)
     progress("torch.export")
-    try:
-        with timed(timings, "export"):
-            program = loaded.program or export(loaded, opts.source.dynamic)
-            save_program(program, staging / "exported.pt2")
-    except ExportFailed as exc:
-        rows = [{**failed_row(t.name, v, str(exc)), "required": is_required(t.name, v, the_plan.config)}
-                for t, v in the_plan.rows]
-        return write_outputs(staging, assemble(opts.source.model, rows, None, the_plan, timings, opts.judge), None,
-                             opts.output.junit)
+    with timed(timings, "export"):
+        program = loaded.program or export(loaded, opts.source.dynamic)
+        save_program(program, staging / "exported.pt2")
     signature = signature_of(program, loaded.input_names)
+    program_id = fingerprint(program, signature)
+    if workers and opts.judge.latency:
+        from edgeport.pipeline.workers import wait_ready
+
+        wait_ready()  # the workers' imports must not share the CPU with timing PyTorch
     with timed(timings, "reference"):
-        session = start_session(loaded, program, signature, opts, the_plan, module_rewrites, progress)
-    rows = run_rows(session, the_plan, staging, progress)
-    report = assemble(opts.source.model, rows, session, the_plan, timings, opts.judge,
-                      program={"params": param_count(program), **fingerprint(program, signature)})
-    return write_outputs(staging, report, manifest(opts.source.model, signature, rows), opts.output.junit)
+        session = start_session(loaded, program, signature, opts, the_plan, module_rewrites, progress, program_id)
+    return Prepared(session, signature, {"params": param_count(program), **program_id}, timings)
 
 
-def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, module_rewrites, progress):
+def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timings: dict) -> dict:
+    """Every row failed with the same error (the export, or in a fleet the load): report still written."""
+    from edgeport.config import is_required
+    from edgeport.validate.report import write_outputs
+
+    rows = [{**failed_row(t.name, v, error), "required": is_required(t.name, v, the_plan.config)}
+            for t, v in the_plan.rows]
+    return write_outputs(staging, assemble(opts.source.model, rows, None, the_plan, timings, opts.judge), None,
+                         opts.output.junit)
+
+
+def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prepared: Prepared) -> dict:
+    from edgeport.validate.report import write_outputs
+
+    report = assemble(opts.source.model, rows, prepared.session, the_plan, prepared.timings, opts.judge,
+                      program=dict(prepared.program))
+    return write_outputs(staging, report, manifest(opts.source.model, prepared.signature, rows), opts.output.junit)
+
+
+def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, module_rewrites, progress,
+                  program_id: dict | None = None):
+    from edgeport.cache import Cache
     from edgeport.pipeline.session import Session
     from edgeport.validate.data import load_data
 
@@ -97,7 +142,17 @@ def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, mo
     return Session.start(loaded, program, signature, opts.judge, progress, module_rewrites=tuple(module_rewrites),
                          decompositions=the_plan.decompositions, calibration=calibration,
                          target_options=dict(opts.target_options), dynamic=tuple(opts.source.dynamic),
-                         fallback=the_plan.fallback)
+                         fallback=the_plan.fallback, program_id=program_id, cache=Cache() if opts.cache else None,
+                         reuse_verdict=opts.reuse_verdict)
+
+
+def row_jobs(opts: ConvertOptions, the_plan) -> int:
+    """Worker processes for the rows: one per two cores (or ``--jobs``; see workers.default_jobs), never
+    more than there are rows to convert; 1 means in this process, one row after another."""
+    from edgeport.pipeline.workers import default_jobs
+
+    installed = [t for t, _v in the_plan.rows if not t.missing_requirements()]
+    return max(1, min(opts.jobs or default_jobs(), len(installed)))
 
 
 def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]:
@@ -111,6 +166,31 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
         required = is_required(target.name, variant, the_plan.config)
         rows.append(run_row(target, variant, session, staging, budget, required).to_json())
     return rows
+
+
+def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts: ConvertOptions, jobs: int) -> list[dict]:
+    """The rows as tasks (:mod:`edgeport.pipeline.task`; a row whose target splits its conversion is several)
+    in worker processes; results merged into ``staging`` in plan order. A crashing worker fails its row."""
+    import shutil
+
+    from edgeport.pipeline import task, workers
+
+    shared = task.shared_spec(session, staging, opts.source, str(session.cache.root) if session.cache else None)
+    plans = task.plan_rows(session, the_plan.rows)
+    work = staging / ".tasks"
+    specs = task.task_specs(shared, the_plan, plans, work, staging / RUN_LOG)
+
+    def on_event(i: int, kind: str, payload) -> None:
+        name = f"{specs[i]['target']} {specs[i]['variant']}" + (f" (piece {specs[i]['piece']})" if "piece" in specs[i] else "")
+        status = (payload.get("status") or ("failed" if payload.get("error") else "done")) if isinstance(payload, dict) else kind
+        progress(f"{name}: {'converting' if kind == 'start' else status}")
+
+    try:
+        results = workers.run_all(specs, jobs, on_event, gate=session.judge.latency or session.judge.threads == "auto")
+        return task.collect(staging, the_plan.rows, plans, specs, results, session.cache)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        (staging / task.INPUTS_FILE).unlink(missing_ok=True)
 
 
 def export(loaded, dynamic):

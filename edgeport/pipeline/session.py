@@ -58,6 +58,9 @@ class Session:
     rewrites: RewriteCache | None = None
     module: object = None              # the eager module the program came from (None for a .pt2)
     fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # what a quantized row over budget may do
+    program_id: dict | None = None     # fingerprint(program, signature): the program's part of every cache key
+    cache: object = None               # edgeport.cache.Cache, or None (--no-cache)
+    reuse_verdict: bool = False        # a cached artifact keeps its cached parity/latency (--reuse-verdict)
 
     @classmethod
     def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":

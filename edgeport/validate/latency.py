@@ -6,12 +6,41 @@ median is what survives noise; p90 shows the tail a user will feel.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable
+
+# Set in a worker process that shares the machine with other workers of the same run
+# (edgeport.pipeline.workers): timing waits until it holds the machine alone. None: time right away.
+_GATE = None
+
+
+def set_gate(gate) -> None:
+    """``gate.acquire()`` / ``gate.release()`` around every timing loop of this process."""
+    global _GATE
+    _GATE = gate
+
+
+@contextlib.contextmanager
+def quiet_machine():
+    if _GATE is None:
+        yield
+        return
+    _GATE.acquire()
+    try:
+        yield
+    finally:
+        _GATE.release()
 
 
 def measure(call: Callable[[], object], threads: int, warmup: int = 3, min_runs: int = 10,
             max_runs: int = 200, budget_seconds: float = 2.0) -> dict:
+    with quiet_machine():
+        return _measure(call, threads, warmup, min_runs, max_runs, budget_seconds)
+
+
+def _measure(call: Callable[[], object], threads: int, warmup: int, min_runs: int, max_runs: int,
+             budget_seconds: float) -> dict:
     for _ in range(warmup):
         call()
     times = []

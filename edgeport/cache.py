@@ -1,0 +1,259 @@
+"""A content-addressed store of conversion results, shared by every run on a machine (and by concurrent ones).
+
+An entry is a directory named by the sha256 of what decided its output (the caller builds that key: see
+:mod:`edgeport.pipeline.reuse` and the TPU compiles in ``edgeport.export``), holding files and one
+``meta.json`` with each file's sha256 and the caller's JSON data. Why it is built this way:
+
+- Atomic entries: an entry is assembled in ``tmp/`` and renamed into ``entries/`` in one step, so a reader
+  sees a whole entry or none; when two processes store the same key, the first rename wins and the other
+  discards its copy. Eviction renames an entry out of ``entries/`` before deleting it, for the same reason.
+- Never trusted: every file is hashed while it is copied out; a wrong hash, a missing file or an unreadable
+  ``meta.json`` is a miss (and the entry is dropped), never an error. A cache can only make a run faster.
+- Bounded: after each store the least recently used entries go until the total is under the bound
+  (``EDGEPORT_CACHE_MAX``, e.g. ``20G``; default 10 GiB). A hit touches the entry's ``meta.json``.
+- Location: ``$EDGEPORT_CACHE``, else the platform's cache directory + ``edgeport/cache`` (its own
+  folder: the project's virtualenvs live elsewhere under ``edgeport/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from edgeport.errors import UsageError
+
+SCHEMA = "edgeport.cache/1"
+DEFAULT_MAX_BYTES = 10 * 2**30
+UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+TMP_MAX_AGE_S = 24 * 3600      # a build directory this old belongs to a process that died
+
+
+def default_root() -> Path:
+    """``$EDGEPORT_CACHE`` or the platform cache directory (XDG on Linux, Library/Caches, LOCALAPPDATA)."""
+    if os.environ.get("EDGEPORT_CACHE"):
+        return Path(os.environ["EDGEPORT_CACHE"]).expanduser()
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    elif os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "edgeport" / "cache"
+
+
+def parse_size(text: str) -> int:
+    """``10G``, ``500M``, ``1048576``: bytes. Bad text is bad input (exit 2)."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1] if value and value[-1] in UNITS else ""
+    try:
+        number = float(value[: len(value) - len(unit)] if unit else value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise UsageError(f"EDGEPORT_CACHE_MAX={text!r}: expected a size such as 10G, 500M or a byte count")
+    return int(number * UNITS[unit])
+
+
+def default_max_bytes() -> int:
+    text = os.environ.get("EDGEPORT_CACHE_MAX")
+    return parse_size(text) if text else DEFAULT_MAX_BYTES
+
+
+def key_of(parts: dict) -> str:
+    """The key: sha256 of the parts as canonical JSON (sorted keys), so equal inputs give equal keys."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Cache:
+    def __init__(self, root: Path | None = None, max_bytes: int | None = None):
+        self.root = Path(root) if root is not None else default_root()
+        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
+
+    # ------------------------------------------------------------------------------------------- reading
+    def entry_dir(self, key: str) -> Path:
+        return self.root / "entries" / key[:2] / key
+
+    def get(self, key: str, dest: Path) -> dict | None:
+        """Copy the entry's files under ``dest`` (files already there are kept: another row of this run
+        wrote them) and return its data, or None on a miss. Files copied before a problem is found are
+        removed again, so a miss leaves ``dest`` as it was."""
+        entry = self.entry_dir(key)
+        meta = self._meta(entry)
+        if meta is None:
+            return None
+        copied: list[Path] = []
+        try:
+            for rel, info in meta["files"].items():
+                target = _inside(dest, rel)
+                if target.exists():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                copied.append(target)
+                if _copy_hashed(entry / "files" / rel, target) != info["sha256"]:
+                    raise ValueError(f"{rel}: sha256 mismatch")
+        except (OSError, ValueError, KeyError, TypeError):
+            for path in copied:
+                path.unlink(missing_ok=True)
+            self._drop(entry)
+            return None
+        _touch(entry / "meta.json")
+        return meta.get("data") or {}
+
+    def peek(self, key: str) -> dict | None:
+        """The entry's data without its files (e.g. a cached verdict), or None."""
+        meta = self._meta(self.entry_dir(key))
+        if meta is None:
+            return None
+        _touch(self.entry_dir(key) / "meta.json")
+        return meta.get("data") or {}
+
+    def has(self, key: str) -> bool:
+        """Whether a readable entry exists (its files are verified only when :meth:`get` copies them)."""
+        return self._meta(self.entry_dir(key)) is not None
+
+    def files(self, key: str) -> list[str]:
+        meta = self._meta(self.entry_dir(key))
+        return list(meta["files"]) if meta else []
+
+    def _meta(self, entry: Path) -> dict | None:
+        try:
+            meta = json.loads((entry / "meta.json").read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            self._drop(entry)
+            return None
+        if not isinstance(meta, dict) or meta.get("schema") != SCHEMA or not isinstance(meta.get("files"), dict):
+            self._drop(entry)
+            return None
+        return meta
+
+    # ------------------------------------------------------------------------------------------- writing
+    def put(self, key: str, src: Path, files: list[str], data: dict, describe: dict | None = None) -> bool:
+        """Store ``files`` (paths relative to ``src``) and ``data`` under ``key``. False when the entry could
+        not be written (disk full, read-only cache): the run goes on without it."""
+        tmp = None
+        try:
+            (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix="build-", dir=self.root / "tmp"))
+            meta = {"schema": SCHEMA, "key": key, "created": time.time(), "describe": describe or {},
+                    "data": data, "files": {}}
+            for rel in files:
+                target = _inside(tmp / "files", rel)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                meta["files"][rel] = {"sha256": _copy_hashed(src / rel, target), "bytes": target.stat().st_size}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+            stored = self._publish(tmp, key)
+        except (OSError, ValueError, TypeError):
+            stored = False
+        finally:
+            if tmp is not None and tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        if stored:
+            self.evict()
+        return stored
+
+    def _publish(self, tmp: Path, key: str) -> bool:
+        final = self.entry_dir(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp, final)
+            return True
+        except OSError:
+            return final.is_dir()  # another process stored the same key first: theirs is as good
+
+    def _drop(self, entry: Path) -> None:
+        """Remove an entry: renamed away first (atomic), deleted after, so no reader sees it half gone."""
+        try:
+            (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+            away = Path(tempfile.mkdtemp(prefix="drop-", dir=self.root / "tmp"))
+            os.rename(entry, away / "entry")
+        except OSError:
+            return
+        shutil.rmtree(away, ignore_errors=True)
+
+    # --------------------------------------------------------------------------------------- maintenance
+    def entries(self) -> list[dict]:
+        """Every readable entry: key, bytes, last use, and what it describes."""
+        found = []
+        for meta_path in (self.root / "entries").glob("*/*/meta.json"):
+            try:
+                meta, used = json.loads(meta_path.read_text()), meta_path.stat().st_mtime
+                size = sum(int(f["bytes"]) for f in meta["files"].values())
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            found.append({"key": meta_path.parent.name, "bytes": size, "used": used,
+                          "kind": (meta.get("describe") or {}).get("kind", "?"), "path": meta_path.parent})
+        return found
+
+    def evict(self) -> list[str]:
+        """Drop least recently used entries until the total is within the bound; clear stale builds."""
+        self._clean_tmp()
+        entries = sorted(self.entries(), key=lambda e: e["used"])
+        total = sum(e["bytes"] for e in entries)
+        dropped = []
+        while entries and total > self.max_bytes:
+            oldest = entries.pop(0)
+            self._drop(oldest["path"])
+            total -= oldest["bytes"]
+            dropped.append(oldest["key"])
+        return dropped
+
+    def _clean_tmp(self) -> None:
+        now = time.time()
+        for path in (self.root / "tmp").glob("*"):
+            try:
+                if now - path.stat().st_mtime > TMP_MAX_AGE_S:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                continue
+
+    def info(self) -> dict:
+        entries = self.entries()
+        kinds: dict[str, int] = {}
+        for e in entries:
+            kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
+        return {"path": str(self.root), "entries": len(entries), "bytes": sum(e["bytes"] for e in entries),
+                "max_bytes": self.max_bytes, "kinds": kinds,
+                "last_used": max((e["used"] for e in entries), default=None)}
+
+    def clear(self) -> int:
+        """Remove every entry (and stale builds); returns how many entries went."""
+        entries = self.entries()
+        for e in entries:
+            self._drop(e["path"])
+        shutil.rmtree(self.root / "tmp", ignore_errors=True)
+        return len(entries)
+
+
+def _inside(root: Path, rel: str) -> Path:
+    """``root/rel``, refusing absolute paths and ``..`` (an entry's meta.json is data, not instructions)."""
+    path = Path(rel)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise ValueError(f"bad path in cache entry: {rel!r}")
+    return root / path
+
+
+def _copy_hashed(src: Path, dst: Path) -> str:
+    """Copy ``src`` to ``dst`` and return the sha256 of what was read: one pass for both."""
+    digest = hashlib.sha256()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        for block in iter(lambda: fin.read(1 << 20), b""):
+            digest.update(block)
+            fout.write(block)
+    shutil.copymode(src, dst)
+    return digest.hexdigest()
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass

@@ -1,0 +1,65 @@
+"""``edgeport fleet``: many models x many targets on Ray (a local instance by default, or a cluster).
+
+    from edgeport.fleet import run_fleet_file
+    result = run_fleet_file(Path("fleet.toml"), Path("dist/fleet"))
+    result.exit_code, result.report["passed"]
+
+Ray is imported only here and only when a fleet runs (``pip install 'edgeport[fleet]'``); ``convert``
+never needs it. Modules: :mod:`.spec` (fleet.toml), :mod:`.cluster` (start/join Ray), :mod:`.tasks` (what
+the Ray tasks run), :mod:`.run` (the scheduler), :mod:`.report` (fleet.json/md/html), :mod:`.view` (progress).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+FLEET_LOG = "fleet.log"
+
+
+@dataclass
+class FleetResult:
+    report: dict
+    out: Path
+    exit_code: int
+
+
+def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force: bool = False,
+                   view=None) -> FleetResult:
+    """Check everything (exit 2 on bad input), run the fleet, write OUT/fleet.{json,md,html}."""
+    from edgeport.errors import UsageError
+    from edgeport.fleet import report as fleet_report
+    from edgeport.fleet.cluster import check_ray_installed, split_address
+    from edgeport.fleet.run import run_fleet
+    from edgeport.fleet.spec import read_fleet
+    from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA, check_output_dir
+    from edgeport.pipeline.proc import redirected
+
+    out = Path(out)
+    check_output_dir(out, force, [Path(path)])
+    fleet = read_fleet(Path(path), out)
+    check_ray_installed()
+    if ray_address:
+        split_address(ray_address)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text(REPORT_SCHEMA + "\n")
+    try:
+        with redirected(out / FLEET_LOG):
+            runs, info = run_fleet(fleet, out, ray_address, view or _NoView())
+    except UsageError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    data = fleet_report.build(runs, info, Path(path))
+    fleet_report.write(out, data)
+    return FleetResult(data, out, 0 if data["passed"] else 1)
+
+
+class _NoView:
+    def update(self, states: dict) -> None:
+        return None
+
+    def message(self, text: str) -> None:
+        return None

@@ -1,0 +1,126 @@
+"""What a fleet's Ray tasks run: export one model, run one row. Plain functions (the driver wraps them with
+``ray.remote``), so this module imports nothing heavy and works the same on a node of a cluster.
+
+Two ways files travel. On the local Ray instance every task sees the driver's file system: the export
+writes ``exported.pt2`` and ``task-inputs.npz`` into the model's staging directory and rows convert into
+``staging/.tasks/<i>``. On a cluster (``--ray-address``) nothing is assumed shared: the export returns
+the two files' bytes as a second Ray object that every row of the model takes as an argument (Ray hands
+it over through its object store, once per node), rows write them once per node under the system temp
+directory, and return their own files' bytes for the driver to place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+def started(payload: dict, key: str) -> None:
+    """Tell the driver's progress board this task (attempt) started; then the test-only crash hook."""
+    from edgeport.pipeline.task import test_crash
+
+    board = payload.get("board")
+    if board is not None:
+        import ray
+
+        ray.get(board.start.remote(key))  # waited for: counted before this attempt can end
+    test_crash(key)
+
+
+def export_model(payload: dict):
+    """Load and export one model, samples and reference: (meta, blob). ``meta["ok"]`` False names the
+    stage (load or export) that failed and why; ``blob`` holds the files' bytes when shipping."""
+    from edgeport.diagnostics import first_line
+    from edgeport.errors import ExportFailed, UsageError
+    from edgeport.export.registry import get_target
+    from edgeport.pipeline import task
+    from edgeport.pipeline.plan import load_user_decompositions
+    from edgeport.pipeline.proc import redirected
+    from edgeport.pipeline.run import RUN_LOG, prepare
+
+    started(payload, f"{payload['name']}/export")
+    opts, ship = payload["opts"], payload["ship"]
+    staging = Path(tempfile.mkdtemp(prefix="edgeport-export-")) if ship else Path(payload["staging"])
+    timings: dict = {}
+    try:
+        with redirected(staging / RUN_LOG):
+            the_plan = SimpleNamespace(decompositions=load_user_decompositions(opts.source.decompositions))
+            try:
+                prepared = prepare(staging, opts, the_plan, lambda _m: None, timings)
+            except ExportFailed as exc:
+                return {"ok": False, "stage": "export", "error": str(exc), "timings": timings}, None
+            except Exception as exc:  # the user's model failed to load: this model fails, not the fleet
+                why = (str(exc).splitlines() or [""])[0] if isinstance(exc, UsageError) else first_line(exc)
+                return {"ok": False, "stage": "load", "error": f"load failed: {why}", "timings": timings}, None
+            shared = task.shared_spec(prepared.session, staging, opts.source, payload.get("cache_root"))
+            plans = task.plan_rows(prepared.session, [(get_target(t), v) for t, v in payload["rows"]])
+        meta = {"ok": True, "shared": shared, "plans": plans, "program": prepared.program, "timings": prepared.timings,
+                "reference_latency": prepared.session.reference_latency, "data": prepared.session.data}
+        return meta, (_blob(staging) if ship else None)
+    finally:
+        if ship:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _blob(staging: Path) -> dict:
+    from edgeport.pipeline.run import RUN_LOG
+    from edgeport.pipeline.task import INPUTS_FILE, PROGRAM_FILE
+
+    log = staging / RUN_LOG
+    return {"program": (staging / PROGRAM_FILE).read_bytes(), "inputs": (staging / INPUTS_FILE).read_bytes(),
+            "log": log.read_text(errors="replace") if log.is_file() else ""}
+
+
+def run_row(payload: dict, spec: dict, blob: dict | None):
+    """One row (:func:`edgeport.pipeline.task.run_task`); with a blob, on this node's own copy of the files."""
+    from edgeport.pipeline.task import run_task
+
+    started(payload, payload["key"])
+    if blob is None:
+        return _wrap(run_task(spec))
+    local = materialize(blob)
+    work = Path(tempfile.mkdtemp(prefix="edgeport-row-"))
+    try:
+        row = run_task({**spec, "program": str(local / "exported.pt2"), "inputs": str(local / "task-inputs.npz"),
+                        "work_dir": str(work / "w"), "log": str(work / "worker.log")})
+        files = {str(p.relative_to(work / "w")): p.read_bytes() for p in (work / "w").rglob("*") if p.is_file()}
+        return {**_wrap(row), "files": files}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _wrap(result: dict) -> dict:
+    return {"piece_result": result} if "piece" in result else {"row": result}
+
+
+def materialize(blob: dict) -> Path:
+    """The model's files on this node, written once per node (atomically: a rename of a finished dir)."""
+    digest = hashlib.sha256(blob["program"] + blob["inputs"]).hexdigest()[:20]
+    final = Path(tempfile.gettempdir()) / f"edgeport-fleet-{digest}"
+    if (final / "task-inputs.npz").is_file():
+        os.utime(final)
+        return final
+    _clean_stale(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix="edgeport-fleet-tmp-"))
+    (tmp / "exported.pt2").write_bytes(blob["program"])
+    (tmp / "task-inputs.npz").write_bytes(blob["inputs"])
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another task of this node was first
+    return final
+
+
+def _clean_stale(parent: Path, max_age_s: float = 24 * 3600) -> None:
+    """Models' files left on this node by fleets that ended a day ago or more."""
+    import time
+
+    for path in parent.glob("edgeport-fleet-*"):
+        try:
+            if time.time() - path.stat().st_mtime > max_age_s:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue

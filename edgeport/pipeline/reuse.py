@@ -1,0 +1,212 @@
+"""Reusing an earlier conversion of the same thing: the cache key of a row, convert-or-reuse, cached verdicts.
+
+What decides a row's artifact, and so goes into its key: the exported program (graph, weights, I/O
+signature: :func:`edgeport.export.program.fingerprint`), and the program the target really converts when
+its rewrite passes changed it; the target, the variant and the target's own options (plus ``--dynamic``);
+the calibration samples for variants that calibrate; the installed versions of torch, the target's
+libraries and what those require directly; edgeport's version and a hash of its own source (an edit during
+development is a new key, not a stale hit). A hit copies the artifact files back (each verified by sha256)
+and the run still judges them: parity and latency are measured again unless ``--reuse-verdict``, whose key
+adds the samples, the reference outputs, the budget and how the run judges.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from edgeport import __version__
+
+LOG_PREFIX = "convert_"        # row.py's per-variant logs in the target directory: not part of an artifact
+
+
+@functools.lru_cache(maxsize=1)
+def source_hash() -> str:
+    """sha256 over edgeport's own .py files (relative path + bytes)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def edgeport_id() -> dict:
+    return {"version": __version__, "source": source_hash()}
+
+
+@functools.lru_cache(maxsize=32)
+def library_versions(modules: tuple[str, ...]) -> dict:
+    """Installed versions of the distributions providing ``modules`` and of what those require directly
+    (a converter's own backends, e.g. litert-torch's converter package)."""
+    from importlib import metadata
+
+    from edgeport.validate.environment import package_versions
+
+    versions = package_versions(list(modules))
+    for dist in list(versions):
+        try:
+            requirements = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for requirement in requirements:
+            if "extra ==" in requirement:
+                continue
+            name = re.split(r"[\s<>=!~;\[(]", requirement.strip(), maxsplit=1)[0]
+            try:
+                versions.setdefault(name, metadata.version(name))
+            except metadata.PackageNotFoundError:
+                continue
+    return dict(sorted(versions.items()))
+
+
+def arrays_hash(samples) -> str:
+    """sha256 of a list of input tuples (numpy arrays): dtype, shape and bytes of each."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for sample in samples or []:
+        for array in sample:
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype}:{array.shape};".encode())
+            digest.update(array.tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def row_key_parts(target, job, session, prepared) -> dict:
+    """Everything that decides the artifact of ``target`` / ``job.variant`` (see the module docstring)."""
+    from edgeport.export.program import fingerprint
+
+    options = {o.key: job.options.get(o.key) for o in target.options}
+    options["dynamic"] = sorted(job.options.get("dynamic") or [])
+    calibrated = target.calibrated_variants is None or job.variant in target.calibrated_variants
+    if calibrated:
+        options["calibration"] = arrays_hash(job.options.get("calibration"))
+        options["calibration_is_real"] = bool(job.options.get("calibration_is_real"))
+    rewritten = fingerprint(prepared.program, session.signature) if prepared.applied else None
+    return {"kind": "row", "program": session.program_id, "rewrites": list(target.rewrites),
+            "applied": list(prepared.applied), "rewritten": rewritten, "target": target.name,
+            "variant": job.variant, "options": options,
+            "libraries": library_versions(("torch", "numpy", *target.requires)), "edgeport": edgeport_id()}
+
+
+def row_key(target, variant: str, session, override: dict | None = None) -> str | None:
+    """The key :func:`convert_or_reuse` will use for this row (with ``override`` applied to the target's
+    options, for one piece of a split conversion); None with the cache off."""
+    from edgeport.cache import key_of
+    from edgeport.export.registry import ConvertJob
+
+    if session.cache is None or session.program_id is None:
+        return None
+    prepared = session.rewrites.for_target(target)
+    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, Path("."),
+                     {**session.job_options(), **(override or {})})
+    return key_of(row_key_parts(target, job, session, prepared))
+
+
+def store_whole_row(cache, key: str, target_dir: Path, files: list[str], data: dict, describe: dict) -> None:
+    """A row converted in pieces, stored as one entry under the key of the unsplit row: a rerun finds it
+    whole (and need not split again)."""
+    present = [f for f in dict.fromkeys(files) if (target_dir / f).is_file()]
+    if data.get("artifact") in present:
+        cache.put(key, target_dir, present, data, describe={"kind": "row", **describe})
+
+
+def snapshot(directory: Path) -> dict[str, tuple]:
+    """Relative path -> (size, mtime) of every file under ``directory``."""
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            found[str(path.relative_to(directory))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def produced(before: dict, directory: Path, variant: str) -> list[str]:
+    """Files ``convert`` wrote or changed in the target directory: the artifact and what belongs to it."""
+    from edgeport.validate.sample import DIRNAME
+
+    log = f"{LOG_PREFIX}{variant}.log"
+    return sorted(rel for rel, stat in snapshot(directory).items()
+                  if before.get(rel) != stat and rel != log and Path(rel).parts[0] != DIRNAME)
+
+
+def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[object, str | None]:
+    """``target.convert(job)``, or the cached result of the same conversion. Returns (Converted, key);
+    ``state["cache"]`` says hit, miss or off as soon as it is known (a failed conversion is a miss too)."""
+    from edgeport.export.registry import Converted
+
+    cache = session.cache
+    if cache is None or session.program_id is None:
+        state["cache"] = "off"
+        return target.convert(job), None
+    from edgeport.cache import key_of
+
+    key = key_of(row_key_parts(target, job, session, prepared))
+    data = cache.get(key, job.out_dir)
+    if data is not None and _relative(data.get("artifact")) and (job.out_dir / data["artifact"]).is_file():
+        state["cache"] = "hit"
+        job.notes.extend(n for n in data.get("notes", []) if n not in job.notes)
+        return Converted(job.out_dir / data["artifact"], data.get("details") or {}), key
+    state["cache"] = "miss"
+    before, notes_before = snapshot(job.out_dir), len(job.notes)
+    converted = target.convert(job)
+    files = produced(before, job.out_dir, job.variant)
+    artifact = str(converted.artifact.relative_to(job.out_dir))
+    if artifact in files:
+        cache.put(key, job.out_dir, files, {"artifact": artifact, "details": converted.details,
+                                            "notes": job.notes[notes_before:]},
+                  describe={"kind": "row", "target": target.name, "variant": job.variant})
+    return converted, key
+
+
+def _relative(path) -> bool:
+    return isinstance(path, str) and bool(path) and not Path(path).is_absolute() and ".." not in Path(path).parts
+
+
+VERDICT_FIELDS = ("status", "error", "parity", "latency_ms", "io", "diverged_at")
+
+
+def verdict_key(row_key: str, session, budget: dict) -> str:
+    """A verdict is the artifact judged on these samples against these outputs, within this budget, by
+    this kind of run on this kind of machine."""
+    from edgeport.cache import key_of
+    from edgeport.validate.environment import cpu_info
+
+    judge = session.judge
+    return key_of({"kind": "verdict", "row": row_key, "samples": arrays_hash(session.samples),
+                   "reference": arrays_hash(session.reference),
+                   "budget": budget, "threads": judge.threads, "latency": judge.latency, "localize": judge.localize,
+                   "cpu": cpu_info(), "threads_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "XLA_FLAGS")}})
+
+
+def reused_verdict(row, key: str | None, session, budget: dict) -> bool:
+    """With ``--reuse-verdict`` and a converted-artifact hit: fill the row from the stored verdict."""
+    if key is None or not session.reuse_verdict or row.details.get("cache") != "hit":
+        return False
+    data = session.cache.peek(verdict_key(key, session, budget))
+    if not data or "row" not in data:
+        return False
+    stored = data["row"]
+    for name in VERDICT_FIELDS:
+        setattr(row, name, stored.get(name))
+    row.details.update(stored.get("details") or {})
+    row.note(*stored.get("notes", []), "verdict reused from the cache (--reuse-verdict): parity and latency "
+             "were not measured in this run")
+    row.details["verdict"] = "cached"
+    return True
+
+
+def keep_verdict(row, key: str | None, session, budget: dict) -> None:
+    """Store what judging found, for a later ``--reuse-verdict`` run."""
+    if key is None:
+        return
+    stored = {name: getattr(row, name) for name in VERDICT_FIELDS}
+    stored["notes"], stored["details"] = list(row.notes), {k: v for k, v in row.details.items() if k != "cache"}
+    session.cache.put(verdict_key(key, session, budget), Path("."), [], {"row": stored},
+                      describe={"kind": "verdict", "target": row.target, "variant": row.variant})

@@ -1,0 +1,322 @@
+"""One row as a task: a JSON-serializable spec in, the row's JSON out. The same code runs a row in a worker
+process of ``edgeport convert`` (:mod:`edgeport.pipeline.workers`) and in a Ray task of ``edgeport fleet``.
+
+Why a spec of paths and not the session itself: a worker must not depend on how it was started (a fork
+of a process that ran torch is unsafe; a Ray worker may be on another machine). Everything a row needs was
+written once into the staging directory by the driver: ``exported.pt2`` (edgeport's own file, loaded
+through the same no-unpickling loader as any .pt2), and ``task-inputs.npz`` (samples, PyTorch's outputs on
+them, calibration samples). A worker converts into its own ``work_dir`` laid out like the staging
+directory; :func:`merge` moves the result in, in plan order, so the output is the one a sequential run
+writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+SCHEMA = "edgeport.task/1"
+# TEST-ONLY hook (tests/test_workers.py, tests/test_fleet.py): "KEY=COUNTER_FILE" makes the task named KEY
+# ("litert/fp32" in a convert, "cnn/export" or "cnn/litert/fp32" in a fleet) count its attempts in
+# COUNTER_FILE and kill its own process on the first one, as a segfault or an OOM kill would. Never set it
+# in normal use.
+CRASH_ENV = "EDGEPORT_TEST_CRASH"
+INPUTS_FILE = "task-inputs.npz"
+PROGRAM_FILE = "exported.pt2"
+_PROGRAMS: dict = {}          # path, size, mtime -> loaded program: a reused worker loads each model once
+
+
+def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
+    """The part of every task spec one model's rows share; writes ``task-inputs.npz`` beside the program."""
+    import dataclasses
+
+    import numpy as np
+
+    arrays = {}
+    for prefix, groups in (("s", session.samples), ("r", session.reference), ("c", session.calibration or [])):
+        for i, group in enumerate(groups):
+            for j, array in enumerate(group):
+                arrays[f"{prefix}{i}_{j}"] = np.asarray(array)
+    np.savez(staging / INPUTS_FILE, **arrays)
+    signature = {"inputs": [i.to_json() for i in session.signature.inputs],
+                 "outputs": [o.to_json() for o in session.signature.outputs]}
+    judge = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(session.judge).items()}
+    return {"schema": SCHEMA, "program": str(staging / PROGRAM_FILE), "inputs": str(staging / INPUTS_FILE),
+            "counts": {"s": len(session.samples), "r": len(session.reference), "c": len(session.calibration or [])},
+            "signature": signature, "judge": judge, "sample_origin": session.sample_origin,
+            "reference_latency": session.reference_latency, "module_rewrites": list(session.module_rewrites),
+            "target_options": session.target_options, "dynamic": list(session.dynamic),
+            "program_id": session.program_id, "decompositions": source.decompositions,
+            "trust_pickle": bool(source.trust_pickle),
+            "fallback": dataclasses.asdict(session.fallback),
+            "cache": {"enabled": session.cache is not None, "root": cache_root,
+                      "reuse_verdict": session.reuse_verdict}}
+
+
+def test_crash(key: str) -> None:
+    """The test-only hook above (does nothing unless ``EDGEPORT_TEST_CRASH`` names ``key``)."""
+    wanted, _, counter = os.environ.get(CRASH_ENV, "").partition("=")
+    if not counter or wanted != key:
+        return
+    path = Path(counter)
+    attempt = (int(path.read_text() or 0) if path.is_file() else 0) + 1
+    path.write_text(str(attempt))
+    if attempt == 1:
+        os._exit(1)
+
+
+def plan_rows(session, rows: list) -> list[dict]:
+    """For each (target, variant): its cache key, whether the cache holds it whole, and the pieces its
+    conversion splits into when it must be converted (with piece 0's own key)."""
+    from edgeport.pipeline.reuse import row_key
+
+    plans = []
+    for target, variant in rows:
+        whole = row_key(target, variant, session)
+        cached = whole is not None and session.cache.has(whole)
+        pieces = target.pieces(dict(session.target_options), session.program) if target.pieces and not cached else []
+        first = row_key(target, variant, session, pieces[0]) if pieces and whole else None
+        plans.append({"key": whole, "cached": cached, "pieces": pieces, "piece0_key": first})
+    return plans
+
+
+def expand(spec: dict, row_plan: dict) -> list[dict]:
+    """The row's task specs: the row itself, or one per piece of its conversion (piece 0 is the row)."""
+    if not row_plan["pieces"]:
+        return [spec]
+    return [{**spec, "target_options": {**spec["target_options"], **override}, "piece": i,
+             "work_dir": f"{spec['work_dir']}.{i}"} for i, override in enumerate(row_plan["pieces"])]
+
+
+def merge_split(staging: Path, target, row: dict, pieces: list[tuple[dict, object]], row_plan: dict, cache) -> dict:
+    """Fold the pieces > 0 of a split row into it (their files, the target's merge of their details,
+    their notes) and store the whole row in the cache under the unsplit row's key."""
+    target_dir = staging / target.name
+    done, files = [], []
+    for spec, result in pieces:
+        work = Path(spec["work_dir"])
+        files += _produced(work / target.name, spec["variant"])
+        merge(work, staging, {})
+        if not isinstance(result, dict) or result.get("error"):
+            error = result.get("error") if isinstance(result, dict) else result
+            row.setdefault("notes", []).append(f"piece {spec['piece']} of the conversion failed: {error}")
+            continue
+        done.append(result["details"])
+        row.setdefault("notes", []).extend(n for n in result.get("notes", []) if n not in row["notes"])
+    if not row.get("artifact"):
+        return row
+    row = target.merge_pieces(target_dir, row["variant"], row, done)
+    if cache is not None and row_plan.get("piece0_key") and len(done) == len(pieces):
+        _store_whole(cache, target, target_dir, row, row_plan, done, files)
+    return row
+
+
+def _store_whole(cache, target, target_dir: Path, row: dict, row_plan: dict, done: list[dict], files: list[str]) -> None:
+    from edgeport.pipeline.reuse import store_whole_row
+
+    first = cache.peek(row_plan["piece0_key"])  # piece 0's converter details, as its worker stored them
+    if not first or "details" not in first:
+        return
+    details = target.merge_pieces(target_dir, row["variant"], first["details"], done)
+    data = {**first, "details": details}
+    store_whole_row(cache, row_plan["key"], target_dir, cache.files(row_plan["piece0_key"]) + files, data,
+                    {"target": target.name, "variant": row["variant"]})
+
+
+def collect(staging: Path, rows: list, plans: list[dict], specs: list[dict], results: list, cache) -> list[dict]:
+    """Rows in plan order from their tasks' results (``specs[i]`` -> ``results[i]``: row JSON, a piece's
+    dict, or an error line when its process died), merged into ``staging``."""
+    from edgeport.pipeline.row import Row
+
+    out = []
+    for index, ((target, variant), row_plan) in enumerate(zip(rows, plans)):
+        mine = [(s, r) for s, r in zip(specs, results) if s["row"] == index]
+        (spec, result), pieces = mine[0], mine[1:]
+        if not isinstance(result, dict):
+            row = Row(target.name, variant, status="failed", error=f"worker: {result}", required=spec["required"]).to_json()
+        else:
+            row = merge(Path(spec["work_dir"]), staging, result)
+        out.append(merge_split(staging, target, row, pieces, row_plan, cache) if pieces else row)
+    return out
+
+
+def _produced(directory: Path, variant: str) -> list[str]:
+    from edgeport.pipeline.reuse import produced
+
+    return [f for f in produced({}, directory, variant) if not f.endswith(".log")]
+
+
+def row_spec(shared: dict, target: str, variant: str, budget: dict, required: bool, work_dir: Path,
+             log: Path | None, index: int = 0) -> dict:
+    return {**shared, "target": target, "variant": variant, "budget": budget, "required": required,
+            "work_dir": str(work_dir), "log": str(log) if log else None, "row": index}
+
+
+def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path | None) -> list[dict]:
+    """Every task of one model: its rows (split into pieces where planned), longest first (split rows,
+    then by the target's ``relative_cost``): started first, they end with the rest."""
+    from edgeport.config import budget_for, is_required
+
+    specs = []
+    for index, ((target, variant), row_plan) in enumerate(zip(the_plan.rows, plans)):
+        spec = row_spec(shared, target.name, variant, budget_for(target.name, variant, the_plan.config,
+                        the_plan.budget_flags), is_required(target.name, variant, the_plan.config),
+                        work / str(index), log, index)
+        specs += [{**s, "cost": target.relative_cost} for s in expand(spec, row_plan)]
+    return sorted(specs, key=lambda s: ("piece" not in s, -s["cost"]))
+
+
+def run_task(spec: dict) -> dict:
+    """Run one row from its spec; returns the row's JSON. Library output goes to the spec's log."""
+    from edgeport.export.registry import get_target
+    from edgeport.pipeline.proc import redirected
+    from edgeport.pipeline.row import run_row
+
+    if spec.get("schema") != SCHEMA:
+        raise ValueError(f"not an {SCHEMA} task spec")
+    work = Path(spec["work_dir"])
+    work.mkdir(parents=True, exist_ok=True)
+    log = Path(spec["log"]) if spec.get("log") else work / "worker.log"
+    with redirected(log):
+        session = restore_session(spec)
+        target = get_target(spec["target"])
+        if spec.get("piece"):
+            return json.loads(json.dumps(run_piece(target, spec, session, work), default=_json_default))
+        row = run_row(target, spec["variant"], session, work, spec["budget"], spec["required"])
+    return json.loads(json.dumps(row.to_json(), default=_json_default))
+
+
+def run_piece(target, spec: dict, session, work: Path) -> dict:
+    """A piece > 0 of a split conversion: convert only (no judging), report its details and notes."""
+    from edgeport.diagnostics import first_line
+    from edgeport.export.registry import ConvertJob
+    from edgeport.pipeline.proc import redirected
+
+    prepared = session.rewrites.for_target(target)
+    out_dir = work / target.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, spec["variant"], out_dir,
+                     session.job_options(), cache=session.cache)
+    try:
+        with redirected(out_dir / f"convert_{spec['variant']}.piece{spec['piece']}.log"):
+            converted = target.convert(job)
+    except Exception as exc:
+        return {"piece": spec["piece"], "error": first_line(exc), "notes": job.notes}
+    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes}
+
+
+def restore_session(spec: dict):
+    """The driver's Session, rebuilt from the files and values in ``spec``."""
+    from edgeport.export.program import Signature, TensorInfo
+    from edgeport.pipeline.options import JudgeOptions
+    from edgeport.pipeline.plan import load_user_decompositions
+    from edgeport.pipeline.session import RewriteCache, Session
+    from edgeport.quantize.policy import FallbackPolicy
+    from edgeport.runtimes.torch_eager import to_torch
+
+    program = load_program(Path(spec["program"]), spec["trust_pickle"])
+    info = lambda d: TensorInfo(d["name"], tuple(d["shape"]), d["dtype"])  # noqa: E731
+    signature = Signature(tuple(map(info, spec["signature"]["inputs"])), tuple(map(info, spec["signature"]["outputs"])))
+    groups = read_inputs(Path(spec["inputs"]), spec["counts"])
+    samples = groups["s"]
+    first_example = spec["sample_origin"].get("real", 0)
+    example = tuple(to_torch(a, i.dtype) for a, i in zip(samples[first_example], signature.inputs))
+    judge = JudgeOptions(**{k: (Path(v) if k in ("config", "baseline") and v else v) for k, v in spec["judge"].items()
+                            if k in JudgeOptions.__dataclass_fields__})
+    judge = _tuple_fields(judge)
+    rewrites = RewriteCache(program, example, load_user_decompositions(spec.get("decompositions")))
+    return Session(program, example, signature, samples, groups["r"], spec["reference_latency"], judge,
+                   spec["sample_origin"], module_rewrites=tuple(spec["module_rewrites"]),
+                   calibration=groups["c"] or None, target_options=spec["target_options"],
+                   dynamic=tuple(spec["dynamic"]), rewrites=rewrites, program_id=spec["program_id"],
+                   cache=open_cache(spec["cache"]), reuse_verdict=spec["cache"]["reuse_verdict"],
+                   fallback=FallbackPolicy(**spec["fallback"]))
+
+
+def _tuple_fields(judge):
+    import dataclasses
+
+    return dataclasses.replace(judge, budgets=tuple(judge.budgets))
+
+
+def open_cache(settings: dict):
+    if not settings.get("enabled"):
+        return None
+    from edgeport.cache import Cache
+
+    return Cache(settings.get("root"))
+
+
+def load_program(path: Path, trust_pickle: bool):
+    from edgeport.sources.pt2_archive import load_exported_program
+
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _PROGRAMS:
+        _PROGRAMS.clear()
+        _PROGRAMS[key] = load_exported_program(path, trust_pickle=trust_pickle)
+    return _PROGRAMS[key]
+
+
+def read_inputs(path: Path, counts: dict) -> dict[str, list]:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        names = set(data.files)
+        out = {}
+        for prefix, count in counts.items():
+            out[prefix] = [[data[f"{prefix}{i}_{j}"] for j in range(_width(names, prefix, i))] for i in range(count)]
+    return out
+
+
+def _width(names: set, prefix: str, i: int) -> int:
+    j = 0
+    while f"{prefix}{i}_{j}" in names:
+        j += 1
+    return j
+
+
+def _json_default(value):
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+# ------------------------------------------------------------------------------------------ driver side
+
+def merge(work: Path, staging: Path, row: dict) -> dict:
+    """Move what a task wrote in ``work`` into ``staging``: its artifact always (it is this row's), other
+    files only where staging has none yet (an earlier row of the same target wrote the same shared file,
+    e.g. a parity sample or an intermediate model). Rows are merged in plan order, as a sequential run
+    writes them; the row's parity sample is checked against the one that ended up in staging."""
+    from edgeport.validate.sample import DIRNAME, fits
+
+    if work.is_dir():
+        for path in sorted(work.rglob("*")):
+            rel = path.relative_to(work)
+            if path.is_dir() or path.is_symlink() or DIRNAME in rel.parts[:-1]:
+                continue
+            _place(path, staging / rel, replace=str(rel) == row.get("artifact"))
+        for sample_dir in work.glob(f"*/{DIRNAME}"):
+            dest = staging / sample_dir.relative_to(work)
+            if not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(sample_dir, dest)
+        shutil.rmtree(work, ignore_errors=True)
+    if row.get("parity_sample"):
+        index = staging / row["parity_sample"]
+        if not (index.is_file() and row.get("io") and fits(index, row["io"])):
+            row.pop("parity_sample")
+    return row
+
+
+def _place(src: Path, dest: Path, replace: bool) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if replace or not dest.exists():
+        os.replace(src, dest)

@@ -1,0 +1,207 @@
+"""Rows of one ``edgeport convert`` in worker processes, after the shared export (no Ray: one machine).
+
+Why it is shaped like this:
+- One process per row, so a converter that crashes the interpreter (a segfault, an abort in C++) fails
+  its row only; the others and the run go on.
+- Processes come from a fork server that imported torch once, before any torch work ran (forking a process
+  that already ran torch's thread pools, or jax, is unsafe). It is started at the beginning of the run, so
+  its imports overlap loading and exporting the model; a row then starts in ~0.1 s instead of paying the
+  torch import again.
+- Timing needs the machine to itself: a worker's latency measurement (and ``--threads auto`` sweep) waits
+  until no other row is converting and no other worker is timing (:func:`edgeport.validate.latency.set_gate`).
+  Conversions run side by side; the timings run one at a time after them, as in a sequential run.
+- Each task is :func:`edgeport.pipeline.task.run_task`, the same function a fleet's Ray task runs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+# What every row imports before its converter: torch and its export stack (~5 s more than torch alone,
+# paid once here instead of in every worker). No converter library: some start threads or pick a
+# backend when imported, which a fork must not inherit.
+PRELOAD = ["torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy", "numpy",
+           "edgeport.sources.pt2_archive", "edgeport.export.rewrites", "edgeport.pipeline.task", "edgeport.pipeline.row"]
+POLL_SECONDS = 1.0
+
+
+def default_jobs() -> int:
+    """One worker per two cores. Measured on 2 cores (bench/FLEET.md): a libtpu compile already keeps both
+    busy (174% CPU in one process), so rows side by side gained nothing on MobileNetV2 and cost tiny models
+    their duplicated imports (-j 2 took 1.05x the raw paths vs 0.74x for -j 1). With 4+ cores,
+    conversions (LiteRT's is single-threaded) and per-topology compiles do overlap."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // 2)
+
+
+def context():
+    """The fork server's context (started on first use, importing :data:`PRELOAD` once)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def prewarm() -> None:
+    """Start the fork server now, so its imports overlap the driver's own work."""
+    from multiprocessing import forkserver
+
+    context()
+    forkserver.ensure_running()
+
+
+def wait_ready() -> None:
+    """Block until the fork server has finished importing (a no-op child starts only then): called before
+    the driver times PyTorch, so the server's imports do not share the CPU with that measurement."""
+    process = context().Process(target=_noop)
+    process.start()
+    process.join()
+
+
+def _noop() -> None:
+    return None
+
+
+class PipeGate:
+    """The worker's side of the timing gate: ask the driver, wait for its go, tell it when done."""
+
+    def __init__(self, conn):
+        self.conn, self.waited = conn, 0.0
+
+    def acquire(self) -> None:
+        import time
+
+        start = time.perf_counter()
+        self.conn.send(("want", None))
+        self.conn.recv()
+        self.waited += time.perf_counter() - start
+
+    def release(self) -> None:
+        self.conn.send(("release", None))
+
+
+def _child(spec: dict, conn, gate: bool, env: dict) -> None:
+    from edgeport.diagnostics import first_line
+    from edgeport.pipeline.task import run_task, test_crash
+    from edgeport.validate import latency
+
+    os.environ.clear()  # the driver's environment now, not the fork server's from when it started
+    os.environ.update(env)
+    test_crash(f"{spec['target']}/{spec['variant']}")
+    waiting = PipeGate(conn) if gate else None
+    latency.set_gate(waiting)
+    try:
+        row = run_task(spec)
+        if waiting is not None and row.get("check_seconds"):  # time spent waiting for the gate is not checking
+            row["check_seconds"] = round(max(0.0, row["check_seconds"] - waiting.waited), 3)
+        conn.send(("done", row))
+    except BaseException as exc:  # the row fails; the driver reports it
+        conn.send(("error", first_line(exc)))
+    finally:
+        conn.close()
+
+
+@dataclass
+class Worker:
+    index: int
+    process: object
+    conn: object
+    waiting: bool = False       # asked for the timing gate, not given it yet
+    timing: bool = False        # holds the gate
+    result: dict | None = field(default=None)
+
+
+def run_all(specs: list[dict], jobs: int, on_event: Callable[[int, str, object], None], gate: bool = True) -> list:
+    """Run every spec (at most ``jobs`` converting at once); ``on_event(i, kind, payload)`` hears
+    ``start``, ``done`` (row JSON) and ``error`` (one line). Returns results in spec order: the row JSON,
+    or an error string for a task whose process failed or died."""
+    ctx = context()
+    queue, running, results = deque(range(len(specs))), {}, [None] * len(specs)
+    try:
+        while queue or running:
+            while queue and sum(1 for w in running.values() if not w.waiting) < jobs:
+                i = queue.popleft()
+                running[i] = _start(ctx, i, specs[i], gate)
+                on_event(i, "start", None)
+            _grant(running, queue)
+            _poll(running, results, on_event)
+    finally:  # interrupted (Ctrl-C): no worker outlives the run
+        for worker in running.values():
+            worker.process.terminate()
+    return results
+
+
+def _start(ctx, i: int, spec: dict, gate: bool) -> Worker:
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=_child, args=(spec, child, gate, dict(os.environ)))
+    process.start()
+    child.close()
+    return Worker(i, process, parent)
+
+
+def _grant(running: dict, queue: deque) -> None:
+    """Give the gate to one waiting worker when nothing else is converting or timing, and nothing waits to start."""
+    if queue or any(w.timing for w in running.values()):
+        return
+    waiting = [w for w in running.values() if w.waiting]
+    if waiting and len(waiting) == len(running):
+        first = min(waiting, key=lambda w: w.index)
+        first.waiting, first.timing = False, True
+        first.conn.send(("go", None))
+
+
+def _poll(running: dict, results: list, on_event) -> None:
+    from multiprocessing.connection import wait
+
+    handles = {w.conn: w for w in running.values()} | {w.process.sentinel: w for w in running.values()}
+    for ready in wait(list(handles), timeout=POLL_SECONDS):
+        worker = handles[ready]
+        if worker.index not in running:
+            continue
+        if ready is worker.conn:
+            _message(worker, running, results, on_event)
+        elif not _drain(worker, running, results, on_event):
+            _finish(worker, running, results, on_event, "error", _death(worker.process))
+
+
+def _message(worker: Worker, running: dict, results: list, on_event) -> None:
+    try:
+        kind, payload = worker.conn.recv()
+    except (EOFError, OSError):
+        worker.process.join(5)
+        _finish(worker, running, results, on_event, "error", _death(worker.process))
+        return
+    if kind == "want":
+        worker.waiting = True
+    elif kind == "release":
+        worker.timing = False
+    else:
+        _finish(worker, running, results, on_event, kind, payload)
+
+
+def _drain(worker: Worker, running: dict, results: list, on_event) -> bool:
+    """The process ended: take a result it sent just before (True), if any."""
+    while worker.index in running and worker.conn.poll():
+        _message(worker, running, results, on_event)
+    return worker.index not in running
+
+
+def _finish(worker: Worker, running: dict, results: list, on_event, kind: str, payload) -> None:
+    running.pop(worker.index, None)
+    results[worker.index] = payload
+    worker.conn.close()
+    worker.process.join(10)
+    on_event(worker.index, kind, payload)
+
+
+def _death(process) -> str:
+    process.join(5)
+    code = process.exitcode
+    if code is not None and code < 0:
+        import signal
+
+        return f"worker process killed by {signal.Signals(-code).name}"
+    return f"worker process exited with code {code} before returning its row"

@@ -1,0 +1,206 @@
+"""The conversion cache: the store itself (atomic, verified, bounded), and convert reusing it: a hit on an
+unchanged rerun, a miss after any change that decides the artifact, a corrupt entry as a miss, two runs
+sharing one cache at once, cached TPU compiles, --reuse-verdict, and `edgeport cache info|clear`."""
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, read_report, run_cli, write_model_file
+
+from edgeport.cache import Cache, key_of, parse_size
+
+MODELS = REPO / "tests" / "models.py"
+FAST = ("--no-latency", "--samples", "2")
+
+
+# ------------------------------------------------------------------------------------------------- store
+
+def _files(tmp_path, **contents):
+    src = tmp_path / "src"
+    for rel, text in contents.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    return src
+
+
+def test_store_round_trip_keeps_files_already_there(tmp_path):
+    cache = Cache(tmp_path / "c", max_bytes=10**6)
+    src = _files(tmp_path, **{"a.bin": "artifact", "sub/b.txt": "side"})
+    assert cache.put("k" * 64, src, ["a.bin", "sub/b.txt"], {"artifact": "a.bin"})
+    dest = tmp_path / "dest"
+    (dest / "sub").mkdir(parents=True)
+    (dest / "sub" / "b.txt").write_text("this run's own")
+    assert cache.get("k" * 64, dest) == {"artifact": "a.bin"}
+    assert (dest / "a.bin").read_text() == "artifact" and (dest / "sub" / "b.txt").read_text() == "this run's own"
+    assert cache.get("0" * 64, tmp_path / "other") is None and not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize("damage", ["flip_byte", "missing_file", "bad_json", "wrong_schema", "escaping_path"])
+def test_corrupt_entry_is_a_miss_and_is_dropped(tmp_path, damage):
+    cache = Cache(tmp_path / "c", max_bytes=10**6)
+    key = key_of({"x": 1})
+    cache.put(key, _files(tmp_path, **{"a.bin": "artifact", "b.bin": "more"}), ["a.bin", "b.bin"], {"ok": True})
+    entry = cache.entry_dir(key)
+    meta = json.loads((entry / "meta.json").read_text())
+    if damage == "flip_byte":
+        (entry / "files" / "b.bin").write_text("mork")
+    elif damage == "missing_file":
+        (entry / "files" / "b.bin").unlink()
+    elif damage == "bad_json":
+        (entry / "meta.json").write_text("{not json")
+    elif damage == "wrong_schema":
+        (entry / "meta.json").write_text(json.dumps({**meta, "schema": "other/1"}))
+    else:
+        (entry / "meta.json").write_text(json.dumps({**meta, "files": {"../../evil": meta["files"]["a.bin"]}}))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert cache.get(key, dest) is None
+    assert list(dest.iterdir()) == [], "a miss leaves the destination as it was"
+    assert not entry.exists() and not (tmp_path / "evil").exists()
+
+
+def test_least_recently_used_entries_go_first(tmp_path):
+    cache = Cache(tmp_path / "c", max_bytes=2500)
+    src = _files(tmp_path, **{"f": "x" * 1000})
+    keys = [key_of({"n": n}) for n in range(3)]
+    cache.put(keys[0], src, ["f"], {})
+    cache.put(keys[1], src, ["f"], {})
+    os.utime(cache.entry_dir(keys[1]) / "meta.json", (1, 1))       # used long ago
+    assert cache.get(keys[0], tmp_path / "d0") is not None            # used now
+    cache.put(keys[2], src, ["f"], {})                                # 3000 bytes > 2500: one must go
+    assert [cache.entry_dir(k).exists() for k in keys] == [True, False, True]
+    assert cache.info()["entries"] == 2 and cache.info()["bytes"] == 2000
+
+
+def _store_same_key(args):
+    root, src, n = args
+    cache = Cache(root, max_bytes=10**6)
+    return cache.put(key_of({"same": True}), src, ["a.bin"], {"writer": n})
+
+
+def test_concurrent_writers_of_one_key_all_succeed(tmp_path):
+    src = _files(tmp_path, **{"a.bin": "y" * 100_000})
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        results = pool.map(_store_same_key, [(tmp_path / "c", src, n) for n in range(8)])
+    cache = Cache(tmp_path / "c")
+    assert all(results) and cache.info()["entries"] == 1
+    assert cache.get(key_of({"same": True}), tmp_path / "d")["writer"] in range(8)
+    assert list((tmp_path / "c" / "tmp").iterdir()) == [], "no build directory left behind"
+
+
+def test_sizes_and_bad_bound(tmp_path):
+    assert parse_size("10G") == 10 * 2**30 and parse_size("500M") == 500 * 2**20 and parse_size("2048") == 2048
+    assert parse_size("1.5GiB") == int(1.5 * 2**30)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "EDGEPORT_CACHE_MAX": "lots"}
+    result = subprocess.run([sys.executable, "-m", "edgeport", "convert", f"{MODELS}:mlp", "-t", "onnx", "--out",
+                             tmp_path / "out"], env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and "EDGEPORT_CACHE_MAX='lots'" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------------ convert
+
+def _rows(out):
+    return {(r["target"], r["variant"]): r for r in read_report(out)["targets"]}
+
+
+def test_rerun_hits_then_any_change_that_matters_misses(tmp_path):
+    model = write_model_file(tmp_path, "def build(scale=1.0):\n    torch.manual_seed(0)\n"
+                             "    m = nn.Sequential(nn.Linear(6, 4), nn.Tanh())\n"
+                             "    with torch.no_grad():\n        m[0].weight.mul_(SCALE)\n"
+                             "    return m, (torch.randn(2, 6),)\nSCALE = 1.0\n")
+    first = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "a", *FAST)
+    second = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "b", *FAST)
+    assert first.returncode == 0 and second.returncode == 0, second.stdout + second.stderr
+    a, b = _rows(tmp_path / "a")[("onnx", "fp32")], _rows(tmp_path / "b")[("onnx", "fp32")]
+    assert a["cache"] == "miss" and b["cache"] == "hit"
+    assert a["sha256"] == b["sha256"] and (tmp_path / "b" / b["artifact"]).is_file()
+    assert b["parity"]["samples"] == 2 and b["check_seconds"] > 0 and "verdict" not in b, "a hit is still judged"
+    options = run_cli("convert", f"{model}:build", "-t", "onnx", "--onnx-int8", "vnni", "--out", tmp_path / "c", *FAST)
+    assert _rows(tmp_path / "c")[("onnx", "fp32")]["cache"] == "miss", options.stdout
+    model.write_text(model.read_text().replace("SCALE = 1.0", "SCALE = 0.5"))
+    weights = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "d", *FAST)
+    assert weights.returncode == 0 and _rows(tmp_path / "d")[("onnx", "fp32")]["cache"] == "miss"
+
+
+def test_library_version_change_misses(tmp_path, monkeypatch):
+    from edgeport import api
+    from edgeport.pipeline import reuse
+
+    opts = lambda out: api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / out, targets=["onnx"],  # noqa: E731
+                                           latency=False, samples=2, jobs=1)
+    assert api.convert(opts("a")).report["targets"][0]["cache"] == "miss"
+    assert api.convert(opts("b")).report["targets"][0]["cache"] == "hit"
+    real = reuse.library_versions
+    monkeypatch.setattr(reuse, "library_versions", lambda modules: {**real(modules), "onnxruntime": "99.0"})
+    assert api.convert(opts("c")).report["targets"][0]["cache"] == "miss"
+
+
+def test_corrupt_cached_artifact_is_a_miss_and_the_run_passes(tmp_path):
+    assert run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / "a", *FAST).returncode == 0
+    cache = Cache()
+    [entry] = [e for e in cache.entries() if e["kind"] == "row"]
+    artifact = next(p for p in (entry["path"] / "files").rglob("*.onnx"))
+    artifact.write_bytes(artifact.read_bytes()[:-10] + b"0123456789")
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / "b", *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = _rows(tmp_path / "b")[("onnx", "fp32")]
+    assert row["cache"] == "miss" and row["sha256"] == _rows(tmp_path / "a")[("onnx", "fp32")]["sha256"]
+
+
+@pytest.mark.slow
+def test_two_concurrent_converts_share_the_cache(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = lambda out: [sys.executable, "-m", "edgeport", "convert", f"{MODELS}:cnn", "-t", "onnx", "-t", "litert",  # noqa: E731
+                        "--out", str(tmp_path / out), *FAST]
+    procs = [subprocess.Popen(argv(out), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for out in ("a", "b")]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    a, b = _rows(tmp_path / "a"), _rows(tmp_path / "b")
+    assert {k: r["sha256"] for k, r in a.items()} == {k: r["sha256"] for k, r in b.items()}
+    again = run_cli("convert", f"{MODELS}:cnn", "-t", "onnx", "-t", "litert", "--out", tmp_path / "c", *FAST)
+    assert again.returncode == 0 and {r["cache"] for r in _rows(tmp_path / "c").values()} == {"hit"}
+    assert Cache().info()["kinds"]["row"] == 2
+
+
+def test_reuse_verdict_and_no_cache(tmp_path):
+    run = lambda out, *flags: run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / out, *FAST, *flags)  # noqa: E731
+    assert run("a").returncode == 0
+    assert run("b", "--reuse-verdict").returncode == 0
+    row = _rows(tmp_path / "b")[("onnx", "fp32")]
+    assert row["cache"] == "hit" and row["verdict"] == "cached" and row["parity"]["passed"]
+    assert any("--reuse-verdict" in n for n in row["notes"])
+    assert (tmp_path / "b" / "onnx" / "parity_sample" / "index.json").is_file()
+    assert run("c", "--no-cache").returncode == 0
+    assert _rows(tmp_path / "c")[("onnx", "fp32")]["cache"] == "off"
+
+
+def test_tpu_compiles_are_cached_per_topology(tmp_path):
+    topo = lambda *names: [a for n in names for a in ("--tpu-topology", n)]  # noqa: E731
+    first = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", *topo("v5e:1x1"), "--out", tmp_path / "a", *FAST)
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", *topo("v5e:1x1", "v6e:1x1"), "--out", tmp_path / "b", *FAST)
+    assert second.returncode == 0, second.stdout + second.stderr
+    row = _rows(tmp_path / "b")[("tpu", "fp32")]
+    compiles = {c["topology"]: c for c in row["tpu_compile"]}
+    assert row["cache"] == "miss", "the topology list is one of the row's options"
+    assert compiles["v5e:1x1"].get("cache") == "hit" and compiles["v6e:1x1"].get("cache") is None
+    assert all(c["ok"] for c in compiles.values())
+    meta = json.loads((tmp_path / "b" / "tpu" / "fp32" / "meta.json").read_text())
+    for path in meta["executables"].values():
+        assert (tmp_path / "b" / "tpu" / "fp32" / path).stat().st_size > 0
+
+
+def test_cache_info_and_clear(tmp_path):
+    assert run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / "a", *FAST).returncode == 0
+    info = run_cli("cache", "info")
+    assert info.returncode == 0 and os.environ["EDGEPORT_CACHE"] in info.stdout and "1 row" in info.stdout, info.stdout
+    cleared = run_cli("cache", "clear")
+    assert cleared.returncode == 0 and "removed 2 entries" in cleared.stdout, cleared.stdout
+    assert Cache().info()["entries"] == 0

@@ -1,0 +1,107 @@
+"""Rows of one convert in worker processes: the same output as one after another, a crashing worker fails
+only its row, TPU compiles split per topology, and timing waits until nothing else runs."""
+
+import json
+from collections import deque
+
+import pytest
+
+from conftest import REPO, read_report, run_cli, write_model_file
+
+from edgeport.pipeline import workers
+
+MODELS = REPO / "tests" / "models.py"
+TOPOLOGIES = ("--tpu-topology", "v5e:1x1", "--tpu-topology", "v6e:1x1")
+
+
+def _files(out):
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and not p.name.endswith(".log"))
+
+
+DEEP = """def build():
+    torch.manual_seed(0)
+    layers = [m for _ in range(55) for m in (nn.Linear(8, 8), nn.Tanh())]   # 110 ops: big enough to split
+    return nn.Sequential(*layers), (torch.randn(2, 8),)
+"""
+
+
+@pytest.mark.slow
+def test_parallel_rows_match_sequential_and_split_tpu_compiles(tmp_path):
+    model = write_model_file(tmp_path, DEEP)
+    argv = ("convert", f"{model}:build", "-t", "litert", "-t", "onnx", "-t", "tpu", *TOPOLOGIES, "--samples", "2", "--no-cache")
+    sequential = run_cli(*argv, "-j", "1", "--no-latency", "--out", tmp_path / "seq")
+    parallel = run_cli(*argv, "-j", "2", "--out", tmp_path / "par")   # latency on: the timing gate is used
+    assert sequential.returncode == 0 and parallel.returncode == 0, parallel.stdout + parallel.stderr
+    assert "tpu fp32 (piece 1): converting" in parallel.stdout, "two topologies: the TPU row is split"
+    seq, par = read_report(tmp_path / "seq"), read_report(tmp_path / "par")
+    assert [(r["target"], r["status"], r["artifact"]) for r in seq["targets"]] == \
+           [(r["target"], r["status"], r["artifact"]) for r in par["targets"]]
+    assert _files(tmp_path / "seq") == _files(tmp_path / "par")
+    assert not any(p.name.startswith((".tasks", "task-inputs")) for p in (tmp_path / "par").iterdir())
+    rows = {r["target"]: r for r in par["targets"]}
+    assert [(c["topology"], c["ok"]) for c in rows["tpu"]["tpu_compile"]] == [("v5e:1x1", True), ("v6e:1x1", True)]
+    meta = json.loads((tmp_path / "par" / "tpu" / "fp32" / "meta.json").read_text())
+    assert sorted(meta["executables"]) == ["v5e:1x1", "v6e:1x1"]
+    for r in rows.values():
+        assert r["latency_ms"]["p50"] > 0 and r["parity_sample"] == f"{r['target']}/parity_sample/index.json"
+    for name in ("litert", "onnx"):
+        assert rows[name]["sha256"] == {r["target"]: r for r in seq["targets"]}[name]["sha256"]
+
+
+def test_a_crashing_worker_fails_its_row_only(tmp_path, monkeypatch):
+    counter = tmp_path / "attempts"
+    monkeypatch.setenv("EDGEPORT_TEST_CRASH", f"onnx/fp32={counter}")
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "litert", "-t", "onnx", "-j", "2", "--no-latency",
+                     "--samples", "2", "--out", tmp_path / "out")
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {r["target"]: r for r in read_report(tmp_path / "out")["targets"]}
+    assert rows["litert"]["status"] == "ok"
+    assert rows["onnx"]["status"] == "failed" and "worker process exited with code 1" in rows["onnx"]["error"]
+    assert counter.read_text() == "1"
+    assert "onnx fp32: worker" in result.stdout and result.stderr == "", result.stderr
+
+
+class _Conn:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+
+def _worker(i, waiting=False, timing=False):
+    return workers.Worker(i, process=None, conn=_Conn(), waiting=waiting, timing=timing)
+
+
+def test_timing_waits_until_nothing_converts_or_times():
+    converting, waiter = _worker(0), _worker(1, waiting=True)
+    running = {0: converting, 1: waiter}
+    workers._grant(running, deque())
+    assert waiter.conn.sent == [], "another row is still converting"
+    converting.waiting = True
+    workers._grant(running, deque([5]))
+    assert waiter.conn.sent == [] and converting.conn.sent == [], "a queued row starts before anyone times"
+    workers._grant(running, deque())
+    assert converting.conn.sent == [("go", None)] and converting.timing and not converting.waiting
+    workers._grant(running, deque())
+    assert waiter.conn.sent == [], "one timing at a time"
+    converting.timing = False
+    del running[0]
+    workers._grant(running, deque())
+    assert waiter.conn.sent == [("go", None)]
+
+
+def test_only_programs_big_enough_split_their_tpu_compiles():
+    import torch
+
+    import models
+    from edgeport.export.tpu_aot import pieces
+
+    small = torch.export.export(*models.mlp())
+    namespace = {"torch": torch, "nn": torch.nn}
+    exec(DEEP, namespace)
+    big = torch.export.export(*namespace["build"]())
+    options = {"tpu_topology": ["v5e:1x1", "v6e:1x1"]}
+    assert pieces(options, small) == []
+    assert pieces(options, big) == [{"tpu_topology": ["v5e:1x1"]}, {"tpu_topology": ["v6e:1x1"], "compile_only": True}]
+    assert pieces({"tpu_topology": ["v5e:1x1"]}, big) == [] and pieces({**options, "artifact_only": True}, big) == []
