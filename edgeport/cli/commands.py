@@ -66,6 +66,11 @@ def convert(
         cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max, cache=cache,
         reuse_verdict=reuse_verdict, jobs=jobs)
     result = with_progress(lambda progress: api.convert(opts, progress))
+    finish(result)
+
+
+def finish(result) -> None:
+    """The end of every command that judged artifacts: the summary, its exit code, native noise to the log."""
     native_output_to(result.out / RUN_LOG)
     print_summary(result.report, result.out)
     raise typer.Exit(result.exit_code)
@@ -91,9 +96,7 @@ def validate(
     judge = api.JudgeOptions(threads=parse_threads(threads), samples=samples, seed=seed, data=data,
                              latency=not no_latency, config=config, budgets=tuple(budget), baseline=baseline)
     result = with_progress(lambda progress: api.validate(directory, judge, junit, trust_pickle, progress))
-    native_output_to(result.out / RUN_LOG)
-    print_summary(result.report, result.out)
-    raise typer.Exit(result.exit_code)
+    finish(result)
 
 
 @app.command()
@@ -108,9 +111,7 @@ def report(
     from edgeport import api
 
     result = with_progress(lambda _progress: api.render(directory, list(format), baseline, config, output))
-    native_output_to(result.out / RUN_LOG)
-    print_summary(result.report, result.out)
-    raise typer.Exit(result.exit_code)
+    finish(result)
 
 
 @app.command()

@@ -7,11 +7,10 @@ conversion, so publishing, ``--force`` and the log work the same way.
 
 from __future__ import annotations
 
-import contextlib
-import time
 from pathlib import Path
 
 from edgeport.errors import ExportFailed
+from edgeport.pipeline.proc import timed
 
 
 def convert_generation(staging: Path, opts, the_plan, progress) -> dict:
@@ -108,12 +107,3 @@ def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | Non
     if session is not None:
         report["generation"] = session.report_block()
     return finish_report(report, baseline if baseline is not None else getattr(the_plan, "baseline", None))
-
-
-@contextlib.contextmanager
-def timed(timings: dict, name: str):
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = round(time.perf_counter() - start, 3)

@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -69,3 +70,13 @@ def terminal_stream(fd: int = 2):
     """A text stream on what ``fd`` is *now* (the terminal, before any redirection), for edgeport's own
     progress and messages while library output goes to a log."""
     return os.fdopen(os.dup(fd), "w", buffering=1)
+
+
+@contextlib.contextmanager
+def timed(timings: dict, name: str):
+    """Wall seconds of the block, into ``timings[name]`` (the report's ``timings_s``)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = round(time.perf_counter() - start, 3)

@@ -17,7 +17,7 @@ from typing import Callable
 from edgeport import __version__
 from edgeport.errors import ExportFailed, UsageError
 from edgeport.pipeline.options import ConvertOptions, JudgeOptions
-from edgeport.pipeline.proc import redirected
+from edgeport.pipeline.proc import redirected, timed
 
 Progress = Callable[[str], None]
 RUN_LOG = "edgeport.log"
@@ -236,15 +236,6 @@ def failed_row(target: str, variant: str, error: str) -> dict:
 
 def param_count(program) -> int:
     return int(sum(p.numel() for p in program.state_dict.values()))
-
-
-@contextlib.contextmanager
-def timed(timings: dict, name: str):
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = round(time.perf_counter() - start, 3)
 
 
 def stamp() -> dict:

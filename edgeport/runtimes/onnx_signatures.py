@@ -29,11 +29,10 @@ class OnnxSignatureRunner(SignatureRunner):
     def __init__(self, path: Path, threads: int):
         import onnxruntime as ort
 
+        from edgeport.runtimes.onnxruntime import session_options
+
         super().__init__(path, threads)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
+        options = session_options(threads)
         graphs = sorted(Path(path).glob("*.onnx"))
         if not graphs:
             raise FileNotFoundError(f"no .onnx graphs in {path}")
