@@ -8,7 +8,6 @@ the terminal carries edgeport's own lines.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
