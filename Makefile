@@ -18,13 +18,16 @@ demo:
 	$(PY) -m edgeport convert samples/models/tiny_cnn.py:build --target litert --target tpu --target onnx \
 		--quantize fp16 --quantize int8 --quantize bf16 --out $(OUT) --force
 
+# Test files run side by side on up to 4 cores (each worker holds torch and the converters: ~1-2 GB).
+JOBS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
+
 test:
 	bash scripts/web-deps.sh
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile tests
 
 test-slow:
 	bash scripts/web-deps.sh
-	$(PY) -m pytest -q -m slow tests || [ $$? -eq 5 ]  # 5: nothing marked slow
+	$(PY) -m pytest -q -m slow -n $(JOBS) --dist loadfile tests || [ $$? -eq 5 ]  # 5: nothing marked slow
 
 bench:
 	$(PY) bench/litert_overhead.py
