@@ -26,6 +26,9 @@ spec = "models.py:mlp"
 name = "cnn"
 spec = "sub/cnn.py:build"
 targets = ["onnx"]
+quantize = ["dynamic-int8"]
+fallback = "float"
+fallback_max = 2
 
 [[model]]
 name = "broken"
@@ -92,7 +95,10 @@ def test_failing_model_is_reported_and_the_rest_convert(fleet_run):
     assert models["noload"]["error"].startswith("load failed: calling no_weights() from") and "weights.bin" in models["noload"]["error"]
     assert [(r["target"], r["variant"], r["status"]) for r in models["mlp"]["rows"]] == [
         ("litert", "fp32", "ok"), ("onnx", "fp32", "ok")]
-    assert [(r["target"], r["status"]) for r in models["cnn"]["rows"]] == [("onnx", "ok")]
+    assert [(r["target"], r["variant"], r["status"]) for r in models["cnn"]["rows"]] == \
+        [("onnx", "fp32", "ok"), ("onnx", "dynamic-int8", "ok")]
+    int8 = read_report(root / "out" / "cnn")["targets"][1]   # fallback = "float" reached the row's worker
+    assert int8["quantization"]["float_layers"] == [] and int8["quantization"]["search"][0]["passed"]
     assert {r["status"] for r in models["broken"]["rows"]} == {"failed"}
     assert "torch.export failed" in models["broken"]["error"] and "broken.py:4" in models["broken"]["error"]
     for name, model in models.items():
@@ -136,6 +142,10 @@ BAD = {
     "no_spec": ("[[model]]\nname = 'a'\n", "('a'): spec must be"),
     "bad_type": ("[[model]]\nname = 'a'\nspec = 'm.py:f'\nsamples = 'two'\n", "samples must be int"),
     "bad_ray": ("[ray]\ncpus = 2\n[[model]]\nname = 'a'\nspec = 'm.py:f'\n", "[ray]: unknown key 'cpus'"),
+    "bad_fallback": ("[[model]]\nname = 'a'\nspec = 'm.py:f'\ntargets = ['onnx']\nfallback = 'float'\n",
+                     "--fallback float needs a quantized variant"),
+    "bad_fallback_max": ("[defaults]\nfallback_max = true\n[[model]]\nname = 'a'\nspec = 'm.py:f'\n",
+                         "fallback_max must be a layer count"),
     "no_models": ("[defaults]\nsamples = 2\n", "needs at least one [[model]]"),
 }
 

@@ -37,7 +37,7 @@ KEYS = {
     "samples": ("samples", int), "seed": ("seed", int), "data": ("data", "path"), "latency": ("latency", bool),
     "config": ("config", "path"), "budgets": ("budgets", list), "baseline": ("baseline", "path"),
     "localize": ("localize", bool), "calibration_data": ("calibration_data", "path"), "cache": ("cache", bool),
-    "reuse_verdict": ("reuse_verdict", bool),
+    "reuse_verdict": ("reuse_verdict", bool), "fallback": ("fallback", str), "fallback_max": ("fallback_max", "cap"),
 }
 MODEL_ONLY = ("name", "spec")
 RAY_KEYS = {"cpus_per_task": (int, float), "memory_per_task": (str,), "max_retries": (int,)}
@@ -173,6 +173,10 @@ def _value(key: str, value, kind, base: Path, label: str):
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             return value
         raise UsageError(f"{label}: threads must be a number >= 1 or \"auto\", got {value!r}")
+    if kind == "cap":   # fallback_max = 3 or "25%", as on the command line
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            return str(value)
+        raise UsageError(f"{label}: {key} must be a layer count or a share like \"25%\", got {value!r}")
     if kind is list:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError(f"{label}: {key} must be a list of strings, got {value!r}")

@@ -40,6 +40,7 @@ def export_model(payload: dict):
     from edgeport.pipeline.plan import load_user_decompositions
     from edgeport.pipeline.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, prepare
+    from edgeport.quantize.policy import parse_policy
 
     started(payload, f"{payload['name']}/export")
     opts, ship = payload["opts"], payload["ship"]
@@ -47,7 +48,8 @@ def export_model(payload: dict):
     timings: dict = {}
     try:
         with redirected(staging / RUN_LOG):
-            the_plan = SimpleNamespace(decompositions=load_user_decompositions(opts.source.decompositions))
+            the_plan = SimpleNamespace(decompositions=load_user_decompositions(opts.source.decompositions),
+                                       fallback=parse_policy(opts.fallback, opts.fallback_max))
             try:
                 prepared = prepare(staging, opts, the_plan, lambda _m: None, timings)
             except ExportFailed as exc:
