@@ -161,6 +161,22 @@ def test_bad_fleet_file_is_exit_2_naming_the_entry(tmp_path, case):
     assert result.stderr.startswith("edgeport: error: fleet.toml") and not (tmp_path / "out").exists()
 
 
+def test_causal_lm_in_a_fleet_is_exit_2_unless_forward(tmp_path):
+    """A fleet runs forward conversions; a causal LM (text generation by default) is refused naming the entry,
+    and task = "forward" passes the checks."""
+    import tiny_lm
+
+    tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    entry = "[[model]]\nname = 'lm'\nspec = 'hf:./llama'\ntargets = ['onnx']\n"
+    (tmp_path / "fleet.toml").write_text(entry)
+    result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stdout + result.stderr
+    assert "('lm'): hf:" in result.stderr and "text generation" in result.stderr, result.stderr
+    (tmp_path / "fleet.toml").write_text(entry + "task = 'forward'\nseq_len = 8\n")
+    result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out", "--ray-address", "bogus")
+    assert result.returncode == 2 and "is not HOST:PORT" in result.stderr, result.stderr   # past the plan
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -147,26 +147,33 @@ def check(
 
 def check_ops(source, targets: list[str]) -> None:
     from edgeport.check import check as run_check
-    from edgeport.errors import ExportFailed
 
-    def work(_progress):
-        try:
-            return run_check(source, targets)
-        except ExportFailed as exc:
-            return exc
-
-    result = with_progress(work)
-    if isinstance(result, ExportFailed):
-        typer.echo(f"edgeport: {result}", err=True)
-        raise typer.Exit(1)
-    findings, module_rewrites = result
+    findings, module_rewrites = exported_or_exit_1(lambda _progress: run_check(source, targets))
     print_findings(findings, module_rewrites, list(dict.fromkeys(targets)))
     raise typer.Exit(0 if all(f.fixed for f in findings) else 1)
 
 
+def exported_or_exit_1(work):
+    """Run ``work(progress)`` under the progress view; a model torch.export cannot take is exit 1, one line
+    (the model is at fault, not the command line)."""
+    from edgeport.errors import ExportFailed
+
+    def guarded(progress):
+        try:
+            return work(progress)
+        except ExportFailed as exc:
+            return exc
+
+    result = with_progress(guarded)
+    if isinstance(result, ExportFailed):
+        typer.echo(f"edgeport: {result}", err=True)
+        raise typer.Exit(1)
+    return result
+
+
 def check_sensitivity(source, targets: list[str], variants: list[str], judge, calibration_data, asked: bool) -> None:
     """``check --sensitivity``: the per-layer table of every (target, variant) that can keep layers float."""
-    from edgeport.errors import ExportFailed, UsageError
+    from edgeport.errors import UsageError
     from edgeport.quantize.check import sensitivity_tables
 
     def work(progress):
@@ -174,14 +181,8 @@ def check_sensitivity(source, targets: list[str], variants: list[str], judge, ca
             raise UsageError("-q/--quantize on check needs --sensitivity")
         if not variants:
             raise UsageError("--sensitivity needs -q VARIANT (e.g. -q int8)")
-        try:
-            return sensitivity_tables(source, targets, variants, judge, calibration_data, progress)
-        except ExportFailed as exc:
-            return exc
+        return sensitivity_tables(source, targets, variants, judge, calibration_data, progress)
 
-    result = with_progress(work)
-    if isinstance(result, ExportFailed):
-        typer.echo(f"edgeport: {result}", err=True)
-        raise typer.Exit(1)
+    result = exported_or_exit_1(work)
     print_sensitivity(result)
     raise typer.Exit(0 if all(t.full["passed"] for t in result) else 1)

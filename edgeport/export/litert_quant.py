@@ -22,6 +22,7 @@ by kind, weight size and output channels.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import tempfile
@@ -141,15 +142,8 @@ def weighted_ops(model) -> list[tuple[int, str, tuple]]:
         if name in TFL_KINDS and weights and model.buffers[weights[0].buffer].data is not None:
             shape = [int(d) for d in weights[0].shape]
             out = shape[-1] if name == "DEPTHWISE_CONV_2D" else (None if name in ("BATCH_MATMUL", "TRANSPOSE_CONV") else shape[0])
-            found.append((index, name, (_numel(shape), out)))
+            found.append((index, name, (math.prod(shape), out)))
     return found
-
-
-def _numel(shape) -> int:
-    count = 1
-    for d in shape:
-        count *= d
-    return count
 
 
 def _signature(program, layer: QuantLayer) -> tuple | None:
@@ -159,7 +153,7 @@ def _signature(program, layer: QuantLayer) -> tuple | None:
     shape = weight_shape(program, layer.id)
     if shape is None:
         return None
-    return _numel(shape), shape[-1] if layer.op in ("matmul", "mm", "bmm") else shape[0]
+    return math.prod(shape), shape[-1] if layer.op in ("matmul", "mm", "bmm") else shape[0]
 
 
 def match_ops(program, candidates: list[QuantLayer], ops: list[tuple[int, str, tuple]]) -> dict[str, int]:

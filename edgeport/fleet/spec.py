@@ -31,7 +31,7 @@ from edgeport.errors import UsageError
 # fleet key -> (convert_options keyword, type): what [defaults] and [[model]] may set
 KEYS = {
     "targets": ("targets", list), "quantize": ("quantize", list), "inputs": ("inputs", list),
-    "hf_task": ("hf_task", str), "seq_len": ("seq_len", int), "dynamic": ("dynamic", list),
+    "hf_task": ("hf_task", str), "task": ("task", str), "seq_len": ("seq_len", int), "dynamic": ("dynamic", list),
     "decompositions": ("decompositions", "path"), "trust_pickle": ("trust_pickle", bool),
     "trust_remote_code": ("trust_remote_code", bool), "threads": ("threads", "threads"),
     "samples": ("samples", int), "seed": ("seed", int), "data": ("data", "path"), "latency": ("latency", bool),
@@ -114,9 +114,13 @@ def read_model(entry: dict, number: int, defaults: dict, path: Path, out: Path, 
             target_options[key] = _option_value(key, value, label)
     try:
         opts = convert_options(**flat, target_options=_with_defaults(target_options))
-        return FleetModel(name, opts, plan(opts))
+        the_plan = plan(opts)
     except UsageError as exc:
         raise UsageError(f"{label}: {exc}") from None
+    if the_plan.generation is not None:
+        raise UsageError(f"{label}: {spec} is converted for text generation (prefill/decode), which a fleet does not "
+                         f"run yet; convert it with `edgeport convert`, or set task = \"forward\"")
+    return FleetModel(name, opts, the_plan)
 
 
 def read_ray(table, where: str) -> RaySettings:

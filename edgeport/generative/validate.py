@@ -36,19 +36,14 @@ def read_layout(directory: Path) -> Layout:
 
 
 def validate_generation(directory: Path, judge, junit, trust_pickle: bool, progress):
-    from edgeport.config import load_config, parse_budget_flags
-    from edgeport.pipeline.outdir import check_junit
-    from edgeport.pipeline.plan import check_judge, read_baseline
+    from edgeport.pipeline.plan import rejudge_settings
     from edgeport.pipeline.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, Result
     from edgeport.validate.report import read_report_dir, write_outputs
 
     old = read_report_dir(directory)
     layout = read_layout(directory)
-    check_judge(judge)
-    check_junit(junit)
-    config = load_config(judge.config)
-    flags, baseline = parse_budget_flags(judge.budgets), read_baseline(judge.baseline, config)
+    config, flags, baseline = rejudge_settings(judge, junit)
     with redirected(directory / RUN_LOG):
         report = rejudge_all(old, directory, layout, judge, (config, flags, baseline), trust_pickle, progress)
         report = write_outputs(directory, report, None, junit)

@@ -110,6 +110,18 @@ def check_judge(judge: JudgeOptions) -> None:
     check_sample_count(judge.samples)
 
 
+def rejudge_settings(judge: JudgeOptions, junit) -> tuple[dict, list, Baseline | None]:
+    """``validate``'s checks before any work: the judge options and --junit, then (config, budget flags,
+    baseline) to judge the artifacts already on disk with."""
+    from edgeport.config import load_config, parse_budget_flags
+    from edgeport.pipeline.outdir import check_junit
+
+    check_judge(judge)
+    check_junit(junit)
+    config = load_config(judge.config)
+    return config, parse_budget_flags(judge.budgets), read_baseline(judge.baseline, config)
+
+
 def check_run(opts: ConvertOptions) -> None:
     """--jobs and the cache's settings (EDGEPORT_CACHE_MAX) are read before any work."""
     if opts.jobs is not None and (not isinstance(opts.jobs, int) or opts.jobs < 1):

@@ -23,9 +23,7 @@ class Context:
 
 def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, trust_pickle: bool = False,
              progress: Progress | None = None) -> Result:
-    from edgeport.config import load_config, parse_budget_flags
-    from edgeport.pipeline.outdir import check_junit
-    from edgeport.pipeline.plan import check_judge, read_baseline
+    from edgeport.pipeline.plan import rejudge_settings
 
     from edgeport.generative.validate import is_generative_dir, validate_generation
 
@@ -34,10 +32,7 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
     if is_generative_dir(directory):  # prefill/decode artifacts: judged by the tokens they generate
         return validate_generation(directory, judge, junit, trust_pickle, progress)
     old = check_directory(directory)
-    check_judge(judge)
-    check_junit(junit)
-    config = load_config(judge.config)
-    flags, baseline = parse_budget_flags(judge.budgets), read_baseline(judge.baseline, config)
+    config, flags, baseline = rejudge_settings(judge, junit)
     with redirected(directory / RUN_LOG):
         report = revalidate(old, directory, judge, config, flags, baseline, trust_pickle, progress)
         from edgeport.validate.report import write_outputs
