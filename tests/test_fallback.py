@@ -153,6 +153,19 @@ def test_check_prints_the_sensitivity_table_without_converting(model):
     assert set(layers[:2]) == PAIR and len(layers) == 6 and "OVER BUDGET" in result.stdout
 
 
+def test_a_failed_verdict_without_fallback_is_not_reused_by_a_run_with_it(model, tmp_path):
+    """--reuse-verdict: the verdict of the same cached int8 artifact judged without --fallback (failed) must not
+    stand in for the search that --fallback float asks for."""
+    path, _calib = model
+    run = lambda out, *flags: run_cli("convert", f"{path}:build", "-t", "onnx", "-q", "dynamic-int8", *FAST,  # noqa: E731
+                                      "--out", tmp_path / out, "--reuse-verdict", *flags)
+    assert run("a").returncode == 1
+    result = run("b", "--fallback", "float")
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = quantized(read_report(tmp_path / "b"))[("onnx", "dynamic-int8")]
+    assert row["cache"] == "hit" and "verdict" not in row and row["quantization"]["float_layers"], row
+
+
 @pytest.mark.parametrize("args,says", [
     (["--fallback", "float"], "--fallback float needs a quantized variant"),
     (["-q", "fp16", "--fallback", "float"], "--fallback float needs a quantized variant"),

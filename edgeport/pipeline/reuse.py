@@ -12,6 +12,7 @@ adds the samples, the reference outputs, the budget and how the run judges.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -174,14 +175,15 @@ VERDICT_FIELDS = ("status", "error", "parity", "latency_ms", "io", "diverged_at"
 
 def verdict_key(row_key: str, session, budget: dict) -> str:
     """A verdict is the artifact judged on these samples against these outputs, within this budget, by
-    this kind of run on this kind of machine."""
+    this kind of run on this kind of machine; and under this ``--fallback`` policy, since a failed int8
+    verdict from a run without it must not stand in for the search a run with it asks for."""
     from edgeport.cache import key_of
     from edgeport.validate.environment import cpu_info
 
     judge = session.judge
     return key_of({"kind": "verdict", "row": row_key, "samples": arrays_hash(session.samples),
                    "reference": arrays_hash(session.reference),
-                   "budget": budget, "threads": judge.threads, "latency": judge.latency, "localize": judge.localize,
+                   "budget": budget, "fallback": dataclasses.asdict(session.fallback), "threads": judge.threads, "latency": judge.latency, "localize": judge.localize,
                    "cpu": cpu_info(), "threads_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "XLA_FLAGS")}})
 
 
