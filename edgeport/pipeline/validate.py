@@ -79,7 +79,10 @@ def rejudge(data: dict, context: Context) -> dict:
     from edgeport.export.registry import get_target, target_names
     from edgeport.pipeline.row import Row, judge_artifact, sha256_of
 
-    row = Row.from_json({k: v for k, v in data.items() if k not in ("regressions", "runner_choice")})
+    from edgeport.pipeline.reuse import REUSED_NOTE
+
+    # what the last judging said about itself goes: a cached verdict (--reuse-verdict) is measured again here
+    row = Row.from_json({k: v for k, v in data.items() if k not in ("regressions", "runner_choice", "verdict")})
     if not row.artifact:
         return row.to_json()  # never converted (failed or skipped): nothing to judge again, keep what it said
     if row.target not in target_names():
@@ -94,7 +97,7 @@ def rejudge(data: dict, context: Context) -> dict:
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
     row.size_bytes = path.stat().st_size
-    row.notes = [n for n in row.notes if not n.startswith("p50 ")]
+    row.notes = [n for n in row.notes if not n.startswith("p50 ") and n != REUSED_NOTE]
     budget = budget_for(row.target, row.variant, context.config, context.flags)
     row.apply(judge_artifact(target, path, context.session, budget))
     recorded, digest = row.sha256, sha256_of(path)
