@@ -126,6 +126,7 @@ def test_generate_command(llama):
     assert got["tokens"] == expected and got["variant"] == "fp32"
     result = run_cli("generate", out, "-t", "litert", "--prompt", "w5 w17 w9", "--max-new", "3")
     assert result.returncode == 0, result.stderr
+    assert result.stderr == "", "the runtime's own log lines (XNNPACK's delegate INFO) stay off the terminal"
     assert "ids: " in result.stdout and "text: " in result.stdout
 
 
