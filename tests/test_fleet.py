@@ -111,6 +111,28 @@ def test_failing_model_is_reported_and_the_rest_convert(fleet_run):
 
 
 @pytest.mark.slow
+def test_force_replaces_the_models_of_an_earlier_fleet(tmp_path):
+    """--force on an earlier fleet's OUT: a model directory this fleet does not have goes (fleet.json and the
+    directories agree, as `convert --force` replaces its --out); what edgeport did not write stays."""
+    from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA
+
+    (tmp_path / "models.py").write_text((REPO / "tests" / "models.py").read_text())
+    (tmp_path / "fleet.toml").write_text('[[model]]\nname = "mlp"\nspec = "models.py:mlp"\ntargets = ["onnx"]\n'
+                                         'samples = 2\nlatency = false\n')
+    out = tmp_path / "out"
+    for directory in (out, out / "mlp", out / "gone"):   # an earlier fleet of the models mlp and gone
+        directory.mkdir(parents=True)
+        (directory / MARKER).write_text(REPORT_SCHEMA + "\n")
+    (out / "mine").mkdir()
+    (out / "mine" / "notes.txt").write_text("the user's own")
+    result = run_cli("fleet", "fleet.toml", "--out", out, "--force", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [m["name"] for m in json.loads((out / "fleet.json").read_text())["models"]] == ["mlp"]
+    assert read_report(out / "mlp")["passed"] and not (out / "gone").exists()
+    assert (out / "mine" / "notes.txt").read_text() == "the user's own"
+
+
+@pytest.mark.slow
 def test_a_task_whose_worker_died_is_retried(fleet_run):
     root, result, counter, _seconds = fleet_run
     assert counter.read_text() == "2", "killed on the first attempt, done on the second"
