@@ -183,6 +183,25 @@ def test_bad_fleet_file_is_exit_2_naming_the_entry(tmp_path, case):
     assert result.stderr.startswith("edgeport: error: fleet.toml") and not (tmp_path / "out").exists()
 
 
+def test_a_model_opts_out_of_a_default_fallback(tmp_path):
+    """[defaults] fallback = "float" for the quantized models; a model with nothing to quantize cannot take
+    it (exit 2 naming it) and says fallback = false, which drops the default fallback_max with it."""
+    (tmp_path / "m.py").write_text("import torch\ndef f():\n    return torch.nn.Linear(2, 2), (torch.randn(1, 2),)\n")
+    fleet = ("[defaults]\ntargets = ['onnx']\nquantize = ['dynamic-int8']\nfallback = 'float'\nfallback_max = 2\n"
+             "[[model]]\nname = 'q'\nspec = 'm.py:f'\n[[model]]\nname = 'plain'\nspec = 'm.py:f'\nquantize = []\n")
+    (tmp_path / "fleet.toml").write_text(fleet)
+    result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out")
+    assert result.returncode == 2 and "('plain'): --fallback float needs a quantized variant" in result.stderr
+    (tmp_path / "fleet.toml").write_text(fleet + "fallback = false\n")
+    result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out", "--ray-address", "bogus")
+    assert result.returncode == 2 and "is not HOST:PORT" in result.stderr, result.stderr   # past every plan
+    from edgeport.fleet.spec import read_fleet
+
+    models = {m.name: m.opts for m in read_fleet(tmp_path / "fleet.toml", tmp_path / "out").models}
+    assert (models["q"].fallback, models["q"].fallback_max) == ("float", "2")
+    assert (models["plain"].fallback, models["plain"].fallback_max) == (None, None)
+
+
 def test_causal_lm_in_a_fleet_is_exit_2_unless_forward(tmp_path):
     """A fleet runs forward conversions; a causal LM (text generation by default) is refused naming the entry,
     and task = "forward" passes the checks."""
