@@ -177,6 +177,11 @@ def test_reuse_verdict_and_no_cache(tmp_path):
     assert row["cache"] == "hit" and row["verdict"] == "cached" and row["parity"]["passed"]
     assert any("--reuse-verdict" in n for n in row["notes"])
     assert (tmp_path / "b" / "onnx" / "parity_sample" / "index.json").is_file()
+    # validate measures again: the row no longer says its verdict came from the cache
+    assert run_cli("validate", tmp_path / "b", *FAST).returncode == 0
+    row = _rows(tmp_path / "b")[("onnx", "fp32")]
+    assert "verdict" not in row and not any("--reuse-verdict" in n for n in row["notes"]), row
+    assert row["parity"]["passed"] and row["check_seconds"] > 0
     assert run("c", "--no-cache").returncode == 0
     assert _rows(tmp_path / "c")[("onnx", "fp32")]["cache"] == "off"
 

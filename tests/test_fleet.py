@@ -111,6 +111,28 @@ def test_failing_model_is_reported_and_the_rest_convert(fleet_run):
 
 
 @pytest.mark.slow
+def test_force_replaces_the_models_of_an_earlier_fleet(tmp_path):
+    """--force on an earlier fleet's OUT: a model directory this fleet does not have goes (fleet.json and the
+    directories agree, as `convert --force` replaces its --out); what edgeport did not write stays."""
+    from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA
+
+    (tmp_path / "models.py").write_text((REPO / "tests" / "models.py").read_text())
+    (tmp_path / "fleet.toml").write_text('[[model]]\nname = "mlp"\nspec = "models.py:mlp"\ntargets = ["onnx"]\n'
+                                         'samples = 2\nlatency = false\n')
+    out = tmp_path / "out"
+    for directory in (out, out / "mlp", out / "gone"):   # an earlier fleet of the models mlp and gone
+        directory.mkdir(parents=True)
+        (directory / MARKER).write_text(REPORT_SCHEMA + "\n")
+    (out / "mine").mkdir()
+    (out / "mine" / "notes.txt").write_text("the user's own")
+    result = run_cli("fleet", "fleet.toml", "--out", out, "--force", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [m["name"] for m in json.loads((out / "fleet.json").read_text())["models"]] == ["mlp"]
+    assert read_report(out / "mlp")["passed"] and not (out / "gone").exists()
+    assert (out / "mine" / "notes.txt").read_text() == "the user's own"
+
+
+@pytest.mark.slow
 def test_a_task_whose_worker_died_is_retried(fleet_run):
     root, result, counter, _seconds = fleet_run
     assert counter.read_text() == "2", "killed on the first attempt, done on the second"
@@ -159,6 +181,25 @@ def test_bad_fleet_file_is_exit_2_naming_the_entry(tmp_path, case):
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
     assert result.stderr.startswith("edgeport: error: fleet.toml") and not (tmp_path / "out").exists()
+
+
+def test_a_model_opts_out_of_a_default_fallback(tmp_path):
+    """[defaults] fallback = "float" for the quantized models; a model with nothing to quantize cannot take
+    it (exit 2 naming it) and says fallback = false, which drops the default fallback_max with it."""
+    (tmp_path / "m.py").write_text("import torch\ndef f():\n    return torch.nn.Linear(2, 2), (torch.randn(1, 2),)\n")
+    fleet = ("[defaults]\ntargets = ['onnx']\nquantize = ['dynamic-int8']\nfallback = 'float'\nfallback_max = 2\n"
+             "[[model]]\nname = 'q'\nspec = 'm.py:f'\n[[model]]\nname = 'plain'\nspec = 'm.py:f'\nquantize = []\n")
+    (tmp_path / "fleet.toml").write_text(fleet)
+    result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out")
+    assert result.returncode == 2 and "('plain'): --fallback float needs a quantized variant" in result.stderr
+    (tmp_path / "fleet.toml").write_text(fleet + "fallback = false\n")
+    result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out", "--ray-address", "bogus")
+    assert result.returncode == 2 and "is not HOST:PORT" in result.stderr, result.stderr   # past every plan
+    from edgeport.fleet.spec import read_fleet
+
+    models = {m.name: m.opts for m in read_fleet(tmp_path / "fleet.toml", tmp_path / "out").models}
+    assert (models["q"].fallback, models["q"].fallback_max) == ("float", "2")
+    assert (models["plain"].fallback, models["plain"].fallback_max) == (None, None)
 
 
 def test_causal_lm_in_a_fleet_is_exit_2_unless_forward(tmp_path):

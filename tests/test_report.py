@@ -153,6 +153,21 @@ def test_baseline_regressions_exit_1_and_are_marked(tmp_path):
     assert "REGRESSION: bigger" in (directory / "report.md").read_text()
 
 
+def test_a_failed_baseline_row_is_nothing_to_regress_from(tmp_path):
+    """Full int8 over budget in the baseline, fixed now (e.g. --fallback float keeps a few layers float: a
+    bigger, slower artifact with more error than the failed one had): a fix, not a regression."""
+    directory, report = _passing_dir(tmp_path)
+    old = copy.deepcopy(report)
+    row = old["targets"][0]
+    row["status"], row["error"] = "failed", "parity: output_0 sample 0: cosine 0.78 < 0.95"
+    row["size_bytes"], row["latency_ms"]["p50"], row["parity"]["max_rel_err"] = 1000, 0.1, 1e-9
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    result = run_cli("report", directory, "--baseline", tmp_path / "old.json", "-f", "md")
+    assert result.returncode == 0, result.stdout + result.stderr
+    marked = read_report(directory)
+    assert marked["targets"][0]["regressions"] == [] and marked["baseline"]["regressions"] == 0 and marked["passed"]
+
+
 def test_baseline_parity_growth_and_thresholds_from_config(tmp_path):
     directory, report = _passing_dir(tmp_path)
     old = copy.deepcopy(report)

@@ -41,6 +41,23 @@ def test_validate_clean_dir_with_new_data_and_latency(fresh, tmp_path):
     assert (fresh / "junit.xml").is_file() and "4 real (npz" in (fresh / "report.md").read_text()
 
 
+def test_notes_about_the_last_measurement_go_when_validate_measures_again(fresh):
+    """A fleet row's 'latency measured while other fleet tasks shared the machine' (the note itself sends the
+    user to validate on a quiet machine) and a reused verdict's note are about the last judging, not this one."""
+    from edgeport.fleet.run import LATENCY_NOTE
+    from edgeport.pipeline.reuse import REUSED_NOTE
+
+    report = read_report(fresh)
+    for row in report["targets"]:
+        row["notes"] = [*row["notes"], REUSED_NOTE, LATENCY_NOTE, "a note about the conversion"]
+        row["verdict"] = "cached"
+    (fresh / "report.json").write_text(json.dumps(report))
+    assert run_cli("validate", fresh, "--samples", "2").returncode == 0
+    for row in read_report(fresh)["targets"]:
+        assert "verdict" not in row and REUSED_NOTE not in row["notes"] and LATENCY_NOTE not in row["notes"], row
+        assert "a note about the conversion" in row["notes"] and row["latency_ms"]["p50"] > 0
+
+
 def test_truncated_artifact_fails_that_target_only(fresh):
     onnx = fresh / "onnx" / "model.onnx"
     onnx.write_bytes(onnx.read_bytes()[: onnx.stat().st_size // 2])

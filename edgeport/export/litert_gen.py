@@ -50,7 +50,7 @@ def convert(job: GenerativeJob) -> Converted:
         _quantize(fp32, path, job.variant)
         if job.variant in BLOCKWISE:
             details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
-    return Converted(path, {"ops": op_counts(path), "cache": "explicit input/output state (no resource variables)",
+    return Converted(path, {"ops": op_counts(path), "kv_cache": "explicit input/output state (no resource variables)",
                             **details})
 
 

@@ -54,7 +54,22 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
         raise
     data = fleet_report.build(runs, info, Path(path))
     fleet_report.write(out, data)
+    drop_stale_models(out, {m.name for m in fleet.models})
     return FleetResult(data, out, 0 if data["passed"] else 1)
+
+
+def drop_stale_models(out: Path, names: set[str]) -> None:
+    """Model directories an earlier fleet wrote into OUT (``--force``) that this fleet does not have: OUT is
+    replaced as ``convert --force`` replaces its --out, so its directories and fleet.json agree. Only
+    edgeport's own directories go (its marker); hidden ones may be another run's staging."""
+    from edgeport.fleet.spec import RESERVED
+    from edgeport.pipeline.outdir import is_ours
+
+    for child in out.iterdir():
+        if child.name in names or child.name in RESERVED or child.name.startswith("."):
+            continue
+        if child.is_dir() and not child.is_symlink() and is_ours(child):
+            shutil.rmtree(child, ignore_errors=True)
 
 
 class _NoView:

@@ -104,7 +104,7 @@ def read_model(entry: dict, number: int, defaults: dict, path: Path, out: Path, 
     seen.add(name)
     if not isinstance(spec, str) or not spec:
         raise UsageError(f"{label}: spec must be a MODEL spec string (file.py:fn, module:fn, file.pt2, hf:DIR)")
-    values = {**defaults, **{k: v for k, v in entry.items() if k not in MODEL_ONLY}}
+    values = merged(defaults, entry)
     flat = {"model": resolve_spec(spec, path.parent), "out": Path(out) / name, "force": True}
     target_options = {}
     for key, value in values.items():
@@ -121,6 +121,18 @@ def read_model(entry: dict, number: int, defaults: dict, path: Path, out: Path, 
         raise UsageError(f"{label}: {spec} is converted for text generation (prefill/decode), which a fleet does not "
                          f"run yet; convert it with `edgeport convert`, or set task = \"forward\"")
     return FleetModel(name, opts, the_plan)
+
+
+def merged(defaults: dict, entry: dict) -> dict:
+    """A model's values: [defaults] under its own. ``fallback = false`` is how a model opts out of a default
+    ``fallback = "float"`` (and its default ``fallback_max``): a model with no quantized variant cannot take
+    it (exit 2), and there is no other value to override it with."""
+    values = {**defaults, **{k: v for k, v in entry.items() if k not in MODEL_ONLY}}
+    if values.get("fallback") is False:
+        del values["fallback"]
+        if "fallback_max" not in entry:
+            values.pop("fallback_max", None)
+    return values
 
 
 def read_ray(table, where: str) -> RaySettings:

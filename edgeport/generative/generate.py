@@ -27,6 +27,7 @@ def generate(directory: Path, target: str, variant: str | None, prompt_ids: str 
     from edgeport.generative.loop import greedy
     from edgeport.generative.prompts import check_prompt, load_tokenizer
     from edgeport.generative.validate import is_generative_dir, read_layout
+    from edgeport.pipeline.proc import redirected
 
     directory = Path(directory)
     if not is_generative_dir(directory):
@@ -40,8 +41,9 @@ def generate(directory: Path, target: str, variant: str | None, prompt_ids: str 
     tokenizer = load_tokenizer(directory / "tokenizer", "--prompt") if prompt is not None else None
     ids = parse_ids(prompt_ids) if prompt_ids is not None else list(tokenizer(prompt)["input_ids"])
     check_prompt(ids, layout, "prompt", max_new)
-    runner = load_runner(directory, row, threads)
-    out = greedy(runner, layout, ids, max_new, stop_ids=tuple(layout.eos_token_ids))
+    with redirected():  # runtimes' native chatter (XNNPACK's "Created ... delegate") is not generate's output
+        runner = load_runner(directory, row, threads)
+        out = greedy(runner, layout, ids, max_new, stop_ids=tuple(layout.eos_token_ids))
     stopped = bool(out.tokens) and out.tokens[-1] in layout.eos_token_ids
     if tokenizer is None and (directory / "tokenizer").is_dir():
         tokenizer = load_tokenizer(directory / "tokenizer", "decoding")

@@ -171,6 +171,7 @@ def _relative(path) -> bool:
 
 
 VERDICT_FIELDS = ("status", "error", "parity", "latency_ms", "io", "diverged_at")
+REUSED_NOTE = "verdict reused from the cache (--reuse-verdict): parity and latency were not measured in this run"
 
 
 def verdict_key(row_key: str, session, budget: dict) -> str:
@@ -198,8 +199,7 @@ def reused_verdict(row, key: str | None, session, budget: dict) -> bool:
     for name in VERDICT_FIELDS:
         setattr(row, name, stored.get(name))
     row.details.update(stored.get("details") or {})
-    row.note(*stored.get("notes", []), "verdict reused from the cache (--reuse-verdict): parity and latency "
-             "were not measured in this run")
+    row.note(*stored.get("notes", []), REUSED_NOTE)
     row.details["verdict"] = "cached"
     return True
 

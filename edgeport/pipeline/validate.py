@@ -79,7 +79,8 @@ def rejudge(data: dict, context: Context) -> dict:
     from edgeport.export.registry import get_target, target_names
     from edgeport.pipeline.row import Row, judge_artifact, sha256_of
 
-    row = Row.from_json({k: v for k, v in data.items() if k not in ("regressions", "runner_choice")})
+    # what the last judging said about itself goes: a cached verdict (--reuse-verdict) is measured again here
+    row = Row.from_json({k: v for k, v in data.items() if k not in ("regressions", "runner_choice", "verdict")})
     if not row.artifact:
         return row.to_json()  # never converted (failed or skipped): nothing to judge again, keep what it said
     if row.target not in target_names():
@@ -94,7 +95,7 @@ def rejudge(data: dict, context: Context) -> dict:
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
     row.size_bytes = path.stat().st_size
-    row.notes = [n for n in row.notes if not n.startswith("p50 ")]
+    row.notes = fresh_notes(row.notes)
     budget = budget_for(row.target, row.variant, context.config, context.flags)
     row.apply(judge_artifact(target, path, context.session, budget))
     recorded, digest = row.sha256, sha256_of(path)
@@ -105,6 +106,15 @@ def rejudge(data: dict, context: Context) -> dict:
         row.error = (f"{error} (file changed since conversion: {changed})" if error.startswith("artifact")
                      else f"artifact changed since conversion: {changed} ({error or 'parity still within budget'})")
     return row.to_json()
+
+
+def fresh_notes(notes: list[str]) -> list[str]:
+    """The row's notes without those about how its last verdict was measured (slower than eager, reused
+    from the cache, timed beside other fleet tasks): validate measures again, and says so itself."""
+    from edgeport.fleet.run import LATENCY_NOTE
+    from edgeport.pipeline.reuse import REUSED_NOTE
+
+    return [n for n in notes if not n.startswith("p50 ") and n not in (REUSED_NOTE, LATENCY_NOTE)]
 
 
 def failed(row, error: str) -> dict:

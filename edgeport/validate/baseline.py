@@ -62,8 +62,12 @@ def _number(value) -> float | None:
 
 
 def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True) -> list[str]:
+    """Only an ``ok`` baseline row vouches for its numbers: a failed one (e.g. full int8 over budget, which
+    ``--fallback float`` now fixes with a few float layers) is no size, error or speed to regress from."""
+    if old.get("status") != "ok":
+        return []
     found = []
-    if old.get("status") == "ok" and row.get("status") == "failed":
+    if row.get("status") == "failed":
         found.append(f"was ok, now failed: {row.get('error')}")
     new_err = _number((row.get("parity") or {}).get("max_rel_err"))
     old_err = _number((old.get("parity") or {}).get("max_rel_err"))
