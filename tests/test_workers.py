@@ -2,6 +2,7 @@
 only its row, TPU compiles split per topology, and timing waits until nothing else runs."""
 
 import json
+import os
 from collections import deque
 
 import pytest
@@ -59,6 +60,58 @@ def test_a_crashing_worker_fails_its_row_only(tmp_path, monkeypatch):
     assert rows["onnx"]["status"] == "failed" and "worker process exited with code 1" in rows["onnx"]["error"]
     assert counter.read_text() == "1"
     assert "onnx fp32: worker" in result.stdout and result.stderr == "", result.stderr
+
+
+# installed as sitecustomize in every process of the run (driver, fork server, workers): torch.onnx refuses
+# the shared program, as it does for some real models, so the ONNX target captures the eager module itself
+REFUSE_SHARED = """import edgeport.export.onnx as onnx_target
+def _refuse(job):
+    raise RuntimeError("the shared program is refused")
+onnx_target._export_shared = _refuse
+"""
+UNSEEDED = """def build():
+    return nn.Sequential(nn.Linear(6, 4), nn.Tanh()), (torch.randn(2, 6),)
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_worker_loads_the_eager_module_again_for_the_target_that_captures_it(tmp_path, jobs):
+    """-j 2 gives what -j 1 gives: a worker holds no eager module, so it loads the user's model again (only
+    when a target asks) with the program's weights, even when build() does not seed its init."""
+    (tmp_path / "patch").mkdir()
+    (tmp_path / "patch" / "sitecustomize.py").write_text(REFUSE_SHARED)
+    model = write_model_file(tmp_path, UNSEEDED)
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "-q", "dynamic-int8", "-j", jobs, "--no-latency",
+                     "--samples", "2", "--no-cache", "--out", tmp_path / "out",
+                     env={**os.environ, "PYTHONPATH": str(tmp_path / "patch")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_report(tmp_path / "out")["targets"]
+    assert [(r["variant"], r["status"], r["rewrites"]) for r in rows] == \
+        [("fp32", "ok", ["own_capture"]), ("dynamic-int8", "ok", ["own_capture"])]
+    assert rows[0]["parity"]["max_abs_err"] < 1e-5
+
+
+CHANGES_ON_RELOAD = """from pathlib import Path
+def build():
+    built = Path(__file__).with_name("built-once")
+    act = nn.ReLU() if built.exists() else nn.Tanh()
+    built.touch()
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 4), act), (torch.randn(2, 6),)
+"""
+
+
+def test_a_reloaded_module_that_is_not_the_reference_is_not_used(tmp_path):
+    (tmp_path / "patch").mkdir()
+    (tmp_path / "patch" / "sitecustomize.py").write_text(REFUSE_SHARED)
+    model = write_model_file(tmp_path, CHANGES_ON_RELOAD)
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "-q", "dynamic-int8", "-j", "2", "--no-latency",
+                     "--samples", "2", "--no-cache", "--out", tmp_path / "out",
+                     env={**os.environ, "PYTHONPATH": str(tmp_path / "patch")})
+    assert result.returncode == 1, result.stdout + result.stderr
+    for row in read_report(tmp_path / "out")["targets"]:
+        assert row["status"] == "failed" and "the shared program is refused" in row["error"], row
+        assert any("does not reproduce the reference" in n for n in row["notes"]), row["notes"]
 
 
 class _Conn:

@@ -75,7 +75,7 @@ def export_fp32(job: ConvertJob, path: Path) -> None:
         try:
             onnx_program = _export_shared(job)
         except Exception as exc:
-            if job.module is None:
+            if job.eager_module() is None:
                 raise
             onnx_program = _own_capture(job, exc)
     onnx_program.save(str(path))

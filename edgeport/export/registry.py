@@ -43,6 +43,21 @@ class ConvertJob:
     # is none (.pt2) or when the program carries rewrites the module does not
     module: Any = None
     cache: Any = None                 # edgeport.cache.Cache for pieces a target caches itself (TPU compiles)
+    # where this process does not hold the module (a worker), how to load it again (edgeport.pipeline.eager)
+    load_module: Callable[[], Any] | None = None
+
+    def eager_module(self):
+        """``module``, loaded on first use where this process does not hold it; None when there is none or
+        it cannot be loaded again as the reference's (the reason is in ``notes``)."""
+        if self.module is None and self.load_module is not None:
+            load, self.load_module = self.load_module, None
+            try:
+                self.module = load()
+            except Exception as exc:
+                from edgeport.diagnostics import first_line
+
+                self.notes.append(f"the eager module is not available in this worker process: {first_line(exc)}")
+        return self.module
 
 
 @dataclass

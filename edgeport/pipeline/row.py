@@ -94,7 +94,8 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
     prepared = session.rewrites.for_target(target)
     job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
                      session.job_options(), notes=list(prepared.notes), cache=session.cache,
-                     module=None if prepared.applied else session.module)  # the module lacks the program's rewrites
+                     module=None if prepared.applied else session.module,  # the module lacks the program's rewrites
+                     load_module=None if prepared.applied else session.load_module)
     row.rewrites = [*session.module_rewrites, *prepared.applied]
     budget = budget_after_rewrites(budget, prepared)
     try:

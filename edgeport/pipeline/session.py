@@ -57,6 +57,7 @@ class Session:
     dynamic: tuple = ()
     rewrites: RewriteCache | None = None
     module: object = None              # the eager module the program came from (None for a .pt2)
+    load_module: object = None         # in a worker: how to load that module again (edgeport.pipeline.eager)
     fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # what a quantized row over budget may do
     program_id: dict | None = None     # fingerprint(program, signature): the program's part of every cache key
     cache: object = None               # edgeport.cache.Cache, or None (--no-cache)

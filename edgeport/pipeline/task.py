@@ -49,6 +49,7 @@ def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
             "reference_latency": session.reference_latency, "module_rewrites": list(session.module_rewrites),
             "target_options": session.target_options, "dynamic": list(session.dynamic),
             "program_id": session.program_id, "decompositions": source.decompositions,
+            "source": dataclasses.asdict(source),   # to load the eager module again where a target needs it
             "trust_pickle": bool(source.trust_pickle),
             "fallback": dataclasses.asdict(session.fallback),
             "cache": {"enabled": session.cache is not None, "root": cache_root,
@@ -209,7 +210,10 @@ def run_piece(target, spec: dict, session, work: Path) -> dict:
 
 def restore_session(spec: dict):
     """The driver's Session, rebuilt from the files and values in ``spec``."""
+    import dataclasses
+
     from edgeport.export.program import Signature, TensorInfo
+    from edgeport.pipeline import eager
     from edgeport.pipeline.options import JudgeOptions
     from edgeport.pipeline.plan import load_user_decompositions
     from edgeport.pipeline.session import RewriteCache, Session
@@ -227,12 +231,13 @@ def restore_session(spec: dict):
                             if k in JudgeOptions.__dataclass_fields__})
     judge = _tuple_fields(judge)
     rewrites = RewriteCache(program, example, load_user_decompositions(spec.get("decompositions")))
-    return Session(program, example, signature, samples, groups["r"], spec["reference_latency"], judge,
-                   spec["sample_origin"], module_rewrites=tuple(spec["module_rewrites"]),
-                   calibration=groups["c"] or None, target_options=spec["target_options"],
-                   dynamic=tuple(spec["dynamic"]), rewrites=rewrites, program_id=spec["program_id"],
-                   cache=open_cache(spec["cache"]), reuse_verdict=spec["cache"]["reuse_verdict"],
-                   fallback=FallbackPolicy(**spec["fallback"]))
+    session = Session(program, example, signature, samples, groups["r"], spec["reference_latency"], judge,
+                      spec["sample_origin"], module_rewrites=tuple(spec["module_rewrites"]),
+                      calibration=groups["c"] or None, target_options=spec["target_options"],
+                      dynamic=tuple(spec["dynamic"]), rewrites=rewrites, program_id=spec["program_id"],
+                      cache=open_cache(spec["cache"]), reuse_verdict=spec["cache"]["reuse_verdict"],
+                      fallback=FallbackPolicy(**spec["fallback"]))
+    return dataclasses.replace(session, load_module=eager.loader(spec.get("source"), session))
 
 
 def _tuple_fields(judge):
