@@ -184,6 +184,9 @@ def test_reuse_verdict_and_no_cache(tmp_path):
     assert row["parity"]["passed"] and row["check_seconds"] > 0
     assert run("c", "--no-cache").returncode == 0
     assert _rows(tmp_path / "c")[("onnx", "fp32")]["cache"] == "off"
+    both = run("d", "--no-cache", "--reuse-verdict")
+    assert both.returncode == 2 and "--reuse-verdict reads verdicts from the cache" in both.stderr, both.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_tpu_compiles_are_cached_per_topology(tmp_path):

@@ -126,6 +126,8 @@ def check_run(opts: ConvertOptions) -> None:
     """--jobs and the cache's settings (EDGEPORT_CACHE_MAX) are read before any work."""
     if opts.jobs is not None and (not isinstance(opts.jobs, int) or opts.jobs < 1):
         raise UsageError(f"--jobs must be a number >= 1, got {opts.jobs!r}")
+    if opts.reuse_verdict and not opts.cache:
+        raise UsageError("--reuse-verdict reads verdicts from the cache, which --no-cache turns off")
     if opts.cache:
         from edgeport.cache import default_max_bytes
 
