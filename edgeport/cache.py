@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -32,6 +33,8 @@ SCHEMA = "edgeport.cache/1"
 DEFAULT_MAX_BYTES = 10 * 2**30
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 TMP_MAX_AGE_S = 24 * 3600      # a build directory this old belongs to a process that died
+TMP_PREFIXES = ("build-", "drop-")   # what the cache stages under tmp/; nothing else there is touched
+KEY = re.compile(r"[0-9a-f]{64}")    # entries/<first 2>/<key>: sha256 hex (key_of)
 
 
 def default_root() -> Path:
@@ -142,7 +145,7 @@ class Cache:
         tmp = None
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix="build-", dir=self.root / "tmp"))
+            tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIXES[0], dir=self.root / "tmp"))
             meta = {"schema": SCHEMA, "key": key, "created": time.time(), "describe": describe or {},
                     "data": data, "files": {}}
             for rel in files:
@@ -173,7 +176,7 @@ class Cache:
         """Remove an entry: renamed away first (atomic), deleted after, so no reader sees it half gone."""
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
-            away = Path(tempfile.mkdtemp(prefix="drop-", dir=self.root / "tmp"))
+            away = Path(tempfile.mkdtemp(prefix=TMP_PREFIXES[1], dir=self.root / "tmp"))
             os.rename(entry, away / "entry")
         except OSError:
             return
@@ -184,6 +187,8 @@ class Cache:
         """Every readable entry: key, bytes, last use, and what it describes."""
         found = []
         for meta_path in (self.root / "entries").glob("*/*/meta.json"):
+            if not KEY.fullmatch(meta_path.parent.name) or meta_path.parent.parent.name != meta_path.parent.name[:2]:
+                continue  # not an entry this cache wrote
             try:
                 meta, used = json.loads(meta_path.read_text()), meta_path.stat().st_mtime
                 size = sum(int(f["bytes"]) for f in meta["files"].values())
@@ -208,7 +213,7 @@ class Cache:
 
     def _clean_tmp(self) -> None:
         now = time.time()
-        for path in (self.root / "tmp").glob("*"):
+        for path in self._own_tmp():
             try:
                 if now - path.stat().st_mtime > TMP_MAX_AGE_S:
                     shutil.rmtree(path, ignore_errors=True)
@@ -229,8 +234,15 @@ class Cache:
         entries = self.entries()
         for e in entries:
             self._drop(e["path"])
-        shutil.rmtree(self.root / "tmp", ignore_errors=True)
+        for path in self._own_tmp():
+            shutil.rmtree(path, ignore_errors=True)
         return len(entries)
+
+    def _own_tmp(self) -> list[Path]:
+        """What this cache staged in ``tmp/`` (its ``build-``/``drop-`` dirs) and nothing else: a mistyped
+        ``EDGEPORT_CACHE`` (a home directory) must not cost the user a ``tmp`` folder of their own."""
+        return [p for p in (self.root / "tmp").glob("*") if p.name.startswith(TMP_PREFIXES) and p.is_dir()
+                and not p.is_symlink()]
 
 
 def _inside(root: Path, rel: str) -> Path:

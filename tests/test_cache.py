@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -212,3 +213,23 @@ def test_cache_info_and_clear(tmp_path):
     cleared = run_cli("cache", "clear")
     assert cleared.returncode == 0 and "removed 2 entries" in cleared.stdout, cleared.stdout
     assert Cache().info()["entries"] == 0
+
+
+def test_a_cache_pointed_at_a_users_directory_touches_only_its_own_files(tmp_path, monkeypatch):
+    """EDGEPORT_CACHE set to a home-like directory by mistake: clear and eviction remove the cache's entries
+    and staging dirs, never the user's own tmp/ or anything shaped like an entry that the cache did not write."""
+    home = tmp_path / "home"
+    old = time.time() - 3 * 24 * 3600
+    for rel in ("tmp/notes.txt", "tmp/project/main.py", "entries/ab/mine/meta.json"):
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text('{"files": {}}')
+        os.utime(home / rel, (old, old))
+    os.utime(home / "tmp" / "project", (old, old))
+    monkeypatch.setenv("EDGEPORT_CACHE", str(home))
+    cache = Cache(max_bytes=1)
+    assert cache.put(key_of({"n": 1}), _files(tmp_path, f="x" * 10), ["f"], {})
+    cache.evict()
+    assert run_cli("cache", "clear").returncode == 0
+    assert Cache().info()["entries"] == 0
+    for rel in ("tmp/notes.txt", "tmp/project/main.py", "entries/ab/mine/meta.json"):
+        assert (home / rel).is_file(), rel
