@@ -39,9 +39,10 @@ def validate_generation(directory: Path, judge, junit, trust_pickle: bool, progr
     from edgeport.pipeline.plan import rejudge_settings
     from edgeport.pipeline.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, Result
-    from edgeport.validate.report import read_report_dir, write_outputs
+    from edgeport.validate.report import check_own_files, read_report_dir, validate_writes, write_outputs
 
     old = read_report_dir(directory)
+    check_own_files(directory, [RUN_LOG, *validate_writes(junit)])
     layout = read_layout(directory)
     config, flags, baseline = rejudge_settings(judge, junit)
     with redirected(directory / RUN_LOG):
@@ -100,6 +101,7 @@ def rejudge(data: dict, session, directory: Path, config: dict, flags) -> dict:
     from edgeport.generative.judge import generation_budget
     from edgeport.generative.rows import judge_generative, tree_digest
     from edgeport.pipeline.row import Row
+    from edgeport.validate.report import artifact_in
 
     row = Row.from_json({k: v for k, v in data.items() if k not in ("regressions", "runner_choice")})
     if not row.artifact:
@@ -110,8 +112,8 @@ def rejudge(data: dict, session, directory: Path, config: dict, flags) -> dict:
     if target.missing_requirements():
         row.status, row.error = "skipped", f"not installed ({', '.join(target.missing_requirements())}): {target.install_hint}"
         return row.to_json()
-    path = (directory / row.artifact).resolve()
-    if not path.is_relative_to(directory.resolve()) or not path.exists():
+    path = artifact_in(directory, row.artifact)
+    if path is None or not path.exists():
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
     budget = generation_budget(budget_for(row.target, row.variant, config, flags), row.variant)

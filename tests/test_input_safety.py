@@ -1,0 +1,88 @@
+"""Hostile input directories for the commands that read (and write into) a directory they did not create:
+``validate DIR``, ``report DIR`` and the tokenizer folder of a text-generation DIR. An attacker who controls
+DIR (a pull request in a repository whose CI runs edgeport) must not make edgeport write outside it, judge a
+file outside it, or run its Python."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import REPO, read_report, run_cli
+
+MODELS = REPO / "tests" / "models.py"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("converted") / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--samples", "2", "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.fixture
+def fresh(converted, tmp_path):
+    copy = tmp_path / "dist"
+    shutil.copytree(converted, copy)
+    return copy
+
+
+@pytest.mark.parametrize("command,name", [("validate", "report.md"), ("validate", "report.html"),
+                                          ("validate", "report.json"), ("validate", "edgeport.log"),
+                                          ("report", "report.md")])
+def test_symlinked_report_file_is_refused_not_followed(fresh, tmp_path, command, name):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    if name == "report.json":  # the report read goes through the link too: point it at a copy outside
+        shutil.copy(fresh / name, victim)
+    before = victim.read_text()
+    (fresh / name).unlink()
+    (fresh / name).symlink_to(victim)
+    args = ("--samples", "2", "--no-latency") if command == "validate" else ()
+    result = run_cli(command, fresh, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "symlink" in result.stderr and "Traceback" not in result.stderr
+    assert victim.read_text() == before
+
+
+def test_junit_name_symlinked_out_of_dir_is_refused(fresh, tmp_path):
+    victim = tmp_path / "victim.xml"
+    victim.write_text("precious\n")
+    (fresh / "junit.xml").symlink_to(victim)
+    result = run_cli("validate", fresh, "--samples", "2", "--no-latency", "--junit", "junit.xml")
+    assert result.returncode == 2 and victim.read_text() == "precious\n", result.stderr
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink", "number"])
+def test_artifact_path_outside_dir_is_missing_not_judged(fresh, tmp_path, where):
+    outside = tmp_path / "outside.onnx"
+    shutil.copy(fresh / "onnx" / "model.onnx", outside)
+    (fresh / "link.onnx").symlink_to(outside)
+    artifact = {"absolute": str(outside), "dotdot": "../outside.onnx", "symlink": "link.onnx", "number": 5}[where]
+    report = read_report(fresh)
+    report["targets"][0].update(artifact=artifact, sha256=None)
+    (fresh / "report.json").write_text(json.dumps(report))
+    result = run_cli("validate", fresh, "--samples", "2", "--no-latency")
+    assert result.returncode == 1, result.stdout + result.stderr
+    row = json.loads((fresh / "report.json").read_text())["targets"][0]  # (a number stays a number: no schema)
+    assert row["status"] == "failed" and row["error"].startswith("artifact missing") and not row.get("parity")
+
+
+def test_tokenizer_folder_custom_code_never_runs(tmp_path, monkeypatch):
+    """auto_map in tokenizer_config.json names Python in the folder: even a "y" on stdin (transformers asks
+    when trust_remote_code is None) must not run it; the load is exit 2."""
+    from edgeport.errors import UsageError
+    from edgeport.generative.prompts import load_tokenizer
+
+    marker = tmp_path / "ran"
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenization_evil.py").write_text(
+        f"open({str(marker)!r}, 'w').write('x')\nfrom transformers import PreTrainedTokenizerFast as EvilTokenizer\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "EvilTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer"] * 2}}))
+    monkeypatch.setattr("builtins.input", lambda *_: "y")
+    with pytest.raises(UsageError):
+        load_tokenizer(folder, "--prompt")
+    assert not marker.exists()
