@@ -93,13 +93,14 @@ class Cache:
             return None
         copied: list[Path] = []
         try:
+            sources = {rel: _entry_file(entry, rel, info) for rel, info in meta["files"].items()}
             for rel, info in meta["files"].items():
                 target = _inside(dest, rel)
                 if target.exists():
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 copied.append(target)
-                if _copy_hashed(entry / "files" / rel, target) != info["sha256"]:
+                if _copy_hashed(sources[rel], target) != info["sha256"]:
                     raise ValueError(f"{rel}: sha256 mismatch")
         except (OSError, ValueError, KeyError, TypeError):
             for path in copied:
@@ -251,6 +252,20 @@ def _inside(root: Path, rel: str) -> Path:
     if path.is_absolute() or ".." in path.parts or not path.parts:
         raise ValueError(f"bad path in cache entry: {rel!r}")
     return root / path
+
+
+def _entry_file(entry: Path, rel: str, info: dict) -> Path:
+    """The stored file of ``rel``: a regular file inside the entry, of the size meta.json records. A symlink
+    (to /dev/zero, a FIFO, a file elsewhere) in a cache others can write would otherwise be read without end
+    or from outside the cache."""
+    files = entry / "files"
+    path = _inside(files, rel)
+    real = path.resolve()
+    if not real.is_relative_to(files.resolve()) or real != files.resolve() / Path(rel) or not real.is_file():
+        raise ValueError(f"{rel}: not a regular file inside the cache entry")
+    if real.stat().st_size != int(info["bytes"]):
+        raise ValueError(f"{rel}: size differs from meta.json")
+    return real
 
 
 def _copy_hashed(src: Path, dst: Path) -> str:

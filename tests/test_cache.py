@@ -65,6 +65,34 @@ def test_corrupt_entry_is_a_miss_and_is_dropped(tmp_path, damage):
     assert not entry.exists() and not (tmp_path / "evil").exists()
 
 
+@pytest.mark.parametrize("link", ["/dev/zero", "outside", "sibling_dir"])
+def test_symlink_in_an_entry_is_a_miss_never_followed(tmp_path, link):
+    """A cache others can write (a CI cache restored from a pull request): a stored file that is a symlink
+    to /dev/zero was copied without end (the disk filled); one to a file outside the entry was read."""
+    cache = Cache(tmp_path / "c", max_bytes=10**6)
+    key = key_of({"x": 1})
+    cache.put(key, _files(tmp_path, **{"a.bin": "artifact", "d/b.bin": "more"}), ["a.bin", "d/b.bin"], {"ok": True})
+    files = cache.entry_dir(key) / "files"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.bin").write_text("artifact")   # same bytes, same sha256: only where it lives is wrong
+    (outside / "b.bin").write_text("more")
+    if link == "/dev/zero":
+        (files / "a.bin").unlink()
+        (files / "a.bin").symlink_to("/dev/zero")
+    elif link == "outside":
+        (files / "a.bin").unlink()
+        (files / "a.bin").symlink_to(outside / "a.bin")
+    else:
+        (files / "d" / "b.bin").unlink()
+        (files / "d").rmdir()
+        (files / "d").symlink_to(outside)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert cache.get(key, dest) is None
+    assert list(dest.iterdir()) == []
+
+
 def test_least_recently_used_entries_go_first(tmp_path):
     cache = Cache(tmp_path / "c", max_bytes=2500)
     src = _files(tmp_path, **{"f": "x" * 1000})
