@@ -42,8 +42,8 @@ def render(directory: Path, formats: list[str], baseline: Path | None = None, co
     regressions and update report.json. The exit code is the report's verdict (0 passed, 1 not)."""
     from edgeport.config import load_config
     from edgeport.pipeline.plan import read_baseline
-    from edgeport.validate.report import (REPORT_FORMATS, check_own_files, finish_report, read_report_dir, renderers,
-                                          write_json)
+    from edgeport.pipeline.outdir import check_own_files
+    from edgeport.validate.report import REPORT_FORMATS, finish_report, read_report_dir, renderers, write_json
 
     unknown = [f for f in formats if f not in REPORT_FORMATS]
     if unknown:

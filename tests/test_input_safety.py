@@ -86,3 +86,21 @@ def test_tokenizer_folder_custom_code_never_runs(tmp_path, monkeypatch):
     with pytest.raises(UsageError):
         load_tokenizer(folder, "--prompt")
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", [".edgeport", "fleet.log"])
+def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_path, name):
+    """``fleet --force`` writes its marker and log into OUT in place: an OUT that passes as edgeport's (a
+    report.json of its schema) with those names symlinked out must not carry the writes outside."""
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(converted / "report.json", out / "report.json")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (out / name).symlink_to(victim)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\ntargets = ["onnx"]\nsamples = 2\nlatency = false\n\n'
+                     f'[[model]]\nname = "mlp"\nspec = "{MODELS}:mlp"\n')
+    result = run_cli("fleet", fleet, "--out", out, "--force")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "symlink" in result.stderr and victim.read_text() == "precious\n"

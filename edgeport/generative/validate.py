@@ -39,7 +39,8 @@ def validate_generation(directory: Path, judge, junit, trust_pickle: bool, progr
     from edgeport.pipeline.plan import rejudge_settings
     from edgeport.pipeline.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, Result
-    from edgeport.validate.report import check_own_files, read_report_dir, validate_writes, write_outputs
+    from edgeport.pipeline.outdir import check_own_files
+    from edgeport.validate.report import read_report_dir, validate_writes, write_outputs
 
     old = read_report_dir(directory)
     check_own_files(directory, [RUN_LOG, *validate_writes(junit)])

@@ -11,7 +11,8 @@ from pathlib import Path
 from edgeport.pipeline.options import JudgeOptions
 from edgeport.pipeline.proc import redirected
 from edgeport.pipeline.run import RUN_LOG, Progress, Result, check_directory, param_count, stamp
-from edgeport.validate.report import artifact_in, check_own_files, validate_writes
+from edgeport.pipeline.outdir import check_own_files
+from edgeport.validate.report import artifact_in, validate_writes
 
 
 @dataclass(frozen=True)

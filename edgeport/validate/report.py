@@ -115,16 +115,6 @@ def read_report_dir(directory: Path) -> dict:
         raise UsageError(str(exc).replace("--baseline ", "")) from exc
 
 
-def check_own_files(directory: Path, names) -> None:
-    """``validate``/``report`` write these names into a directory they did not create: one that is a symlink
-    (or not a regular file) would carry the write outside it, so it is bad input (exit 2), before any work."""
-    for name in names:
-        path = Path(directory) / name
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            raise UsageError(f"{path} is a symlink or not a regular file; edgeport writes only its own files "
-                             f"inside {directory}")
-
-
 def validate_writes(junit: Path | None) -> list[str]:
     """The report files ``validate`` writes into DIR (an absolute --junit is the user's own path)."""
     names = ["report.json", REPORT_FORMATS["md"], REPORT_FORMATS["html"]]
