@@ -54,18 +54,18 @@ def test_junit_name_symlinked_out_of_dir_is_refused(fresh, tmp_path):
     assert result.returncode == 2 and victim.read_text() == "precious\n", result.stderr
 
 
-@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink", "number"])
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink"])
 def test_artifact_path_outside_dir_is_missing_not_judged(fresh, tmp_path, where):
     outside = tmp_path / "outside.onnx"
     shutil.copy(fresh / "onnx" / "model.onnx", outside)
     (fresh / "link.onnx").symlink_to(outside)
-    artifact = {"absolute": str(outside), "dotdot": "../outside.onnx", "symlink": "link.onnx", "number": 5}[where]
+    artifact = {"absolute": str(outside), "dotdot": "../outside.onnx", "symlink": "link.onnx"}[where]
     report = read_report(fresh)
     report["targets"][0].update(artifact=artifact, sha256=None)
     (fresh / "report.json").write_text(json.dumps(report))
     result = run_cli("validate", fresh, "--samples", "2", "--no-latency")
     assert result.returncode == 1, result.stdout + result.stderr
-    row = json.loads((fresh / "report.json").read_text())["targets"][0]  # (a number stays a number: no schema)
+    row = read_report(fresh)["targets"][0]
     assert row["status"] == "failed" and row["error"].startswith("artifact missing") and not row.get("parity")
 
 
@@ -104,3 +104,17 @@ def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_pa
     result = run_cli("fleet", fleet, "--out", out, "--force")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "symlink" in result.stderr and victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("field,value", [("artifact", 5), ("notes", [5]), ("sha256", 5), ("parity", "x"),
+                                         ("size_bytes", "big"), ("latency_ms", {"p50": "a"})])
+def test_wrong_types_in_a_report_row_are_bad_input(fresh, field, value):
+    """validate DIR and report --baseline read these fields as text, numbers or objects: another type was an
+    internal error (exit 1, as if the gate had judged), now exit 2 naming the field."""
+    report = read_report(fresh)
+    report["targets"][0][field] = value
+    (fresh / "report.json").write_text(json.dumps(report))
+    for args in (("validate", fresh, "--samples", "2", "--no-latency"),
+                 ("report", fresh, "--baseline", fresh / "report.json")):
+        result = run_cli(*args)
+        assert result.returncode == 2 and field in result.stderr, result.stdout + result.stderr
