@@ -118,3 +118,31 @@ def test_wrong_types_in_a_report_row_are_bad_input(fresh, field, value):
                  ("report", fresh, "--baseline", fresh / "report.json")):
         result = run_cli(*args)
         assert result.returncode == 2 and field in result.stderr, result.stdout + result.stderr
+
+
+def _layout(**changes) -> dict:
+    ids = {"name": "input_ids", "shape": [1, 1], "dtype": "int64"}
+    layout = {"model": "m", "architecture": None, "vocab_size": 16, "num_layers": 1, "cache_len": 8,
+              "prefill_lens": [4], "gen_tokens": 2, "bos_token_id": None, "eos_token_ids": [2],
+              "signatures": {"prefill_4": {"inputs": [{**ids, "shape": [1, 4]}]}, "decode": {"inputs": [ids]}},
+              "cache": [{"name": "cache_len_0", "layer": 0, "kind": "length", "shape": [], "dtype": "int64"}]}
+    return {**layout, **changes}
+
+
+@pytest.mark.parametrize("changes", [{"cache_len": 10**12}, {"gen_tokens": 10**9}, {"prefill_lens": "ab"},
+                                     {"vocab_size": "x"}, {"eos_token_ids": None}, {"signatures": {"decode": 5}},
+                                     {"cache": [{"name": "x"}]},
+                                     {"signatures": {"decode": {"inputs": [{"name": "attention_mask",
+                                                                            "shape": [10**6, 10**6], "dtype": "bool"}]}}}])
+def test_hostile_generative_layout_is_bad_input(tmp_path, changes):
+    """layout.json steers allocations (a cache of cache_len slots, masks of an entry's shape) and loops
+    (gen_tokens): wrong types or absurd sizes were internal errors or a 931 GiB allocation, now exit 2."""
+    from edgeport.errors import UsageError
+    from edgeport.generative.validate import read_layout
+
+    (tmp_path / "exported").mkdir()
+    (tmp_path / "exported" / "layout.json").write_text(json.dumps(_layout()))
+    assert read_layout(tmp_path).cache_len == 8
+    (tmp_path / "exported" / "layout.json").write_text(json.dumps(_layout(**changes)))
+    with pytest.raises(UsageError, match="layout.json"):
+        read_layout(tmp_path)
