@@ -146,3 +146,28 @@ def test_hostile_generative_layout_is_bad_input(tmp_path, changes):
     (tmp_path / "exported" / "layout.json").write_text(json.dumps(_layout(**changes)))
     with pytest.raises(UsageError, match="layout.json"):
         read_layout(tmp_path)
+
+
+def test_tokenizer_files_symlinked_out_of_the_model_dir_are_not_copied(tmp_path):
+    """vocab.txt -> /proc/self/environ in a model directory copied the CI's environment (its secrets) into
+    DIR/tokenizer/; a hub cache snapshot's links into its blobs/ still count as the model's own."""
+    from edgeport.generative.export import copy_tokenizer
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text("{}")
+    (model / "vocab.txt").symlink_to("/proc/self/environ")
+    secret = tmp_path / "secret"
+    secret.write_text("key")
+    (model / "merges.txt").symlink_to(secret)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert copy_tokenizer(model, out) == ["tokenizer.json"]
+    assert sorted(p.name for p in (out / "tokenizer").iterdir()) == ["tokenizer.json"]
+    snapshot = tmp_path / "hub" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "hub" / "blobs").mkdir()
+    (tmp_path / "hub" / "blobs" / "1234").write_text("{}")
+    (snapshot / "tokenizer.json").symlink_to("../../blobs/1234")
+    (tmp_path / "out2").mkdir()
+    assert copy_tokenizer(snapshot, tmp_path / "out2") == ["tokenizer.json"]
