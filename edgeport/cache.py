@@ -144,6 +144,8 @@ class Cache:
         """Store ``files`` (paths relative to ``src``) and ``data`` under ``key``. False when the entry could
         not be written (disk full, read-only cache): the run goes on without it."""
         tmp = None
+        if not self._sound():
+            return False
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIXES[0], dir=self.root / "tmp"))
@@ -175,6 +177,8 @@ class Cache:
 
     def _drop(self, entry: Path) -> None:
         """Remove an entry: renamed away first (atomic), deleted after, so no reader sees it half gone."""
+        if not self._sound():
+            return
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
             away = Path(tempfile.mkdtemp(prefix=TMP_PREFIXES[1], dir=self.root / "tmp"))
@@ -182,6 +186,12 @@ class Cache:
         except OSError:
             return
         shutil.rmtree(away, ignore_errors=True)
+
+    def _sound(self) -> bool:
+        """``tmp/`` and ``entries/`` are the cache's own directories, not symlinks: through one, staging,
+        publishing and the clean-up of stale ``build-*`` directories would act on someone else's folder
+        (a cache directory another user can write)."""
+        return not any((self.root / name).is_symlink() for name in ("tmp", "entries"))
 
     # --------------------------------------------------------------------------------------- maintenance
     def entries(self) -> list[dict]:
@@ -242,6 +252,8 @@ class Cache:
     def _own_tmp(self) -> list[Path]:
         """What this cache staged in ``tmp/`` (its ``build-``/``drop-`` dirs) and nothing else: a mistyped
         ``EDGEPORT_CACHE`` (a home directory) must not cost the user a ``tmp`` folder of their own."""
+        if not self._sound():
+            return []
         return [p for p in (self.root / "tmp").glob("*") if p.name.startswith(TMP_PREFIXES) and p.is_dir()
                 and not p.is_symlink()]
 

@@ -218,6 +218,22 @@ def test_reuse_verdict_and_no_cache(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.parametrize("name", ["tmp", "entries"])
+def test_a_symlinked_tmp_or_entries_is_never_written_or_cleaned_through(tmp_path, name):
+    """Whoever can write the cache directory could point its tmp/ (or entries/) at another folder: stale
+    ``build-*`` directories there were deleted, and staging and publishing wrote into it."""
+    victim = tmp_path / "victim"
+    (victim / "build-release").mkdir(parents=True)
+    os.utime(victim / "build-release", (0, 0))   # older than any stale-build age
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / name).symlink_to(victim)
+    cache = Cache(root, max_bytes=10**6)
+    assert not cache.put("k" * 64, _files(tmp_path, **{"a.bin": "x"}), ["a.bin"], {})
+    assert cache.clear() == 0 and cache.evict() == []
+    assert sorted(p.name for p in victim.iterdir()) == ["build-release"]
+
+
 def test_tpu_compiles_are_cached_per_topology(tmp_path):
     topo = lambda *names: [a for n in names for a in ("--tpu-topology", n)]  # noqa: E731
     first = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", *topo("v5e:1x1"), "--out", tmp_path / "a", *FAST)
