@@ -171,3 +171,18 @@ def test_tokenizer_files_symlinked_out_of_the_model_dir_are_not_copied(tmp_path)
     (snapshot / "tokenizer.json").symlink_to("../../blobs/1234")
     (tmp_path / "out2").mkdir()
     assert copy_tokenizer(snapshot, tmp_path / "out2") == ["tokenizer.json"]
+
+
+def test_json_nested_deeper_than_the_stack_is_bad_input(fresh, tmp_path):
+    """report.json / layout.json of [[[...]]] 200,000 deep: a RecursionError was an internal error (exit 1)."""
+    from edgeport.errors import UsageError
+    from edgeport.generative.validate import read_layout
+
+    deep = "[" * 200_000 + "]" * 200_000
+    (fresh / "report.json").write_text(deep)
+    result = run_cli("validate", fresh, "--samples", "2", "--no-latency")
+    assert result.returncode == 2 and "not JSON" in result.stderr, result.stderr
+    (tmp_path / "exported").mkdir()
+    (tmp_path / "exported" / "layout.json").write_text(deep)
+    with pytest.raises(UsageError, match="layout.json"):
+        read_layout(tmp_path)

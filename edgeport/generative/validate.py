@@ -37,7 +37,7 @@ def read_layout(directory: Path) -> Layout:
         if problem:
             raise ValueError(problem)
         layout = Layout.from_json(data)
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
     bad = [n for n in layout.signatures if not SIGNATURE_NAME.fullmatch(n)]
     if bad or "decode" not in layout.signatures:

@@ -73,7 +73,7 @@ def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
         return tuple(i["name"] for i in manifest["inputs"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None  # the program's own placeholder names then
 
 

@@ -27,7 +27,7 @@ def load_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline not found: {path}")
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # (nesting deeper than Python's stack)
         raise UsageError(f"--baseline {path} is not JSON: {exc}") from exc
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in KNOWN_SCHEMAS:
