@@ -203,7 +203,9 @@ class Cache:
             try:
                 meta, used = json.loads(meta_path.read_text()), meta_path.stat().st_mtime
                 size = sum(int(f["bytes"]) for f in meta["files"].values())
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RecursionError):
+                continue  # (a bytes of 1e999 or a files list: not ours, and no reason for every run to fail)
+            if size < 0:
                 continue
             found.append({"key": meta_path.parent.name, "bytes": size, "used": used,
                           "kind": (meta.get("describe") or {}).get("kind", "?"), "path": meta_path.parent})

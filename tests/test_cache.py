@@ -234,6 +234,19 @@ def test_a_symlinked_tmp_or_entries_is_never_written_or_cleaned_through(tmp_path
     assert sorted(p.name for p in victim.iterdir()) == ["build-release"]
 
 
+@pytest.mark.parametrize("files", [{"x": {"sha256": "0", "bytes": 1e999}}, ["x"], {"x": {"bytes": -10**30}}])
+def test_a_planted_meta_json_does_not_break_storing(tmp_path, files):
+    """An entry whose meta.json says 1e999 bytes (JSON's infinity) made every store's eviction raise, so
+    every conversion into that cache failed; a files list, the same. Such an entry is skipped (a negative
+    size, which would hide the others from the bound, too)."""
+    cache = Cache(tmp_path / "c", max_bytes=10)
+    planted = cache.entry_dir("a" * 64)
+    planted.mkdir(parents=True)
+    (planted / "meta.json").write_text(json.dumps({"schema": "edgeport.cache/1", "files": files}))
+    assert cache.put("b" * 64, _files(tmp_path, **{"a.bin": "x" * 100}), ["a.bin"], {})
+    assert cache.entries() == [] and cache.info()["entries"] == 0
+
+
 def test_tpu_compiles_are_cached_per_topology(tmp_path):
     topo = lambda *names: [a for n in names for a in ("--tpu-topology", n)]  # noqa: E731
     first = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", *topo("v5e:1x1"), "--out", tmp_path / "a", *FAST)
