@@ -102,7 +102,7 @@ class Cache:
                 copied.append(target)
                 if _copy_hashed(sources[rel], target) != info["sha256"]:
                     raise ValueError(f"{rel}: sha256 mismatch")
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, ArithmeticError):
             for path in copied:
                 path.unlink(missing_ok=True)
             self._drop(entry)
@@ -134,7 +134,8 @@ class Cache:
         except (OSError, ValueError):
             self._drop(entry)
             return None
-        if not isinstance(meta, dict) or meta.get("schema") != SCHEMA or not isinstance(meta.get("files"), dict):
+        if not isinstance(meta, dict) or meta.get("schema") != SCHEMA or not isinstance(meta.get("files"), dict) \
+                or not isinstance(meta.get("data") or {}, dict):
             self._drop(entry)
             return None
         return meta

@@ -247,6 +247,25 @@ def test_a_planted_meta_json_does_not_break_storing(tmp_path, files):
     assert cache.entries() == [] and cache.info()["entries"] == 0
 
 
+@pytest.mark.parametrize("damage", [{"bytes": 1e999}, {"data": ["x"]}])
+def test_a_planted_entry_is_a_miss_not_an_error(tmp_path, damage):
+    """get() raised OverflowError on a file of 1e999 bytes, and handed a data list to callers that read it
+    as an object: either failed the row instead of missing."""
+    cache = Cache(tmp_path / "c", max_bytes=10**6)
+    key = key_of({"x": 1})
+    cache.put(key, _files(tmp_path, **{"a.bin": "artifact"}), ["a.bin"], {"artifact": "a.bin"})
+    meta_path = cache.entry_dir(key) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    if "bytes" in damage:
+        meta["files"]["a.bin"]["bytes"] = damage["bytes"]
+    else:
+        meta["data"] = damage["data"]
+    meta_path.write_text(json.dumps(meta))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert cache.get(key, dest) is None and list(dest.iterdir()) == []
+
+
 def test_tpu_compiles_are_cached_per_topology(tmp_path):
     topo = lambda *names: [a for n in names for a in ("--tpu-topology", n)]  # noqa: E731
     first = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", *topo("v5e:1x1"), "--out", tmp_path / "a", *FAST)
