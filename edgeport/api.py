@@ -42,6 +42,7 @@ def render(directory: Path, formats: list[str], baseline: Path | None = None, co
     regressions and update report.json. The exit code is the report's verdict (0 passed, 1 not)."""
     from edgeport.config import load_config
     from edgeport.pipeline.plan import read_baseline
+    from edgeport.pipeline.outdir import check_own_files
     from edgeport.validate.report import REPORT_FORMATS, finish_report, read_report_dir, renderers, write_json
 
     unknown = [f for f in formats if f not in REPORT_FORMATS]
@@ -52,6 +53,8 @@ def render(directory: Path, formats: list[str], baseline: Path | None = None, co
     directory = Path(directory)
     report = read_report_dir(directory)
     base = read_baseline(baseline, load_config(config))
+    check_own_files(directory, (["report.json"] if base is not None else [])
+                    + ([REPORT_FORMATS[f] for f in formats] if output is None else []))
     if base is not None:
         report.pop("baseline", None)
         finish_report(report, base)

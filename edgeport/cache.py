@@ -93,15 +93,16 @@ class Cache:
             return None
         copied: list[Path] = []
         try:
+            sources = {rel: _entry_file(entry, rel, info) for rel, info in meta["files"].items()}
             for rel, info in meta["files"].items():
                 target = _inside(dest, rel)
                 if target.exists():
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 copied.append(target)
-                if _copy_hashed(entry / "files" / rel, target) != info["sha256"]:
+                if _copy_hashed(sources[rel], target) != info["sha256"]:
                     raise ValueError(f"{rel}: sha256 mismatch")
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, ArithmeticError):
             for path in copied:
                 path.unlink(missing_ok=True)
             self._drop(entry)
@@ -133,7 +134,8 @@ class Cache:
         except (OSError, ValueError):
             self._drop(entry)
             return None
-        if not isinstance(meta, dict) or meta.get("schema") != SCHEMA or not isinstance(meta.get("files"), dict):
+        if not isinstance(meta, dict) or meta.get("schema") != SCHEMA or not isinstance(meta.get("files"), dict) \
+                or not isinstance(meta.get("data") or {}, dict):
             self._drop(entry)
             return None
         return meta
@@ -143,6 +145,8 @@ class Cache:
         """Store ``files`` (paths relative to ``src``) and ``data`` under ``key``. False when the entry could
         not be written (disk full, read-only cache): the run goes on without it."""
         tmp = None
+        if not self._sound():
+            return False
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIXES[0], dir=self.root / "tmp"))
@@ -174,6 +178,8 @@ class Cache:
 
     def _drop(self, entry: Path) -> None:
         """Remove an entry: renamed away first (atomic), deleted after, so no reader sees it half gone."""
+        if not self._sound():
+            return
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
             away = Path(tempfile.mkdtemp(prefix=TMP_PREFIXES[1], dir=self.root / "tmp"))
@@ -181,6 +187,12 @@ class Cache:
         except OSError:
             return
         shutil.rmtree(away, ignore_errors=True)
+
+    def _sound(self) -> bool:
+        """``tmp/`` and ``entries/`` are the cache's own directories, not symlinks: through one, staging,
+        publishing and the clean-up of stale ``build-*`` directories would act on someone else's folder
+        (a cache directory another user can write)."""
+        return not any((self.root / name).is_symlink() for name in ("tmp", "entries"))
 
     # --------------------------------------------------------------------------------------- maintenance
     def entries(self) -> list[dict]:
@@ -192,7 +204,9 @@ class Cache:
             try:
                 meta, used = json.loads(meta_path.read_text()), meta_path.stat().st_mtime
                 size = sum(int(f["bytes"]) for f in meta["files"].values())
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RecursionError):
+                continue  # (a bytes of 1e999 or a files list: not ours, and no reason for every run to fail)
+            if size < 0:
                 continue
             found.append({"key": meta_path.parent.name, "bytes": size, "used": used,
                           "kind": (meta.get("describe") or {}).get("kind", "?"), "path": meta_path.parent})
@@ -241,6 +255,8 @@ class Cache:
     def _own_tmp(self) -> list[Path]:
         """What this cache staged in ``tmp/`` (its ``build-``/``drop-`` dirs) and nothing else: a mistyped
         ``EDGEPORT_CACHE`` (a home directory) must not cost the user a ``tmp`` folder of their own."""
+        if not self._sound():
+            return []
         return [p for p in (self.root / "tmp").glob("*") if p.name.startswith(TMP_PREFIXES) and p.is_dir()
                 and not p.is_symlink()]
 
@@ -251,6 +267,20 @@ def _inside(root: Path, rel: str) -> Path:
     if path.is_absolute() or ".." in path.parts or not path.parts:
         raise ValueError(f"bad path in cache entry: {rel!r}")
     return root / path
+
+
+def _entry_file(entry: Path, rel: str, info: dict) -> Path:
+    """The stored file of ``rel``: a regular file inside the entry, of the size meta.json records. A symlink
+    (to /dev/zero, a FIFO, a file elsewhere) in a cache others can write would otherwise be read without end
+    or from outside the cache."""
+    files = entry / "files"
+    path = _inside(files, rel)
+    real = path.resolve()
+    if not real.is_relative_to(files.resolve()) or real != files.resolve() / Path(rel) or not real.is_file():
+        raise ValueError(f"{rel}: not a regular file inside the cache entry")
+    if real.stat().st_size != int(info["bytes"]):
+        raise ValueError(f"{rel}: size differs from meta.json")
+    return real
 
 
 def _copy_hashed(src: Path, dst: Path) -> str:

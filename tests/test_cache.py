@@ -65,6 +65,34 @@ def test_corrupt_entry_is_a_miss_and_is_dropped(tmp_path, damage):
     assert not entry.exists() and not (tmp_path / "evil").exists()
 
 
+@pytest.mark.parametrize("link", ["/dev/zero", "outside", "sibling_dir"])
+def test_symlink_in_an_entry_is_a_miss_never_followed(tmp_path, link):
+    """A cache others can write (a CI cache restored from a pull request): a stored file that is a symlink
+    to /dev/zero was copied without end (the disk filled); one to a file outside the entry was read."""
+    cache = Cache(tmp_path / "c", max_bytes=10**6)
+    key = key_of({"x": 1})
+    cache.put(key, _files(tmp_path, **{"a.bin": "artifact", "d/b.bin": "more"}), ["a.bin", "d/b.bin"], {"ok": True})
+    files = cache.entry_dir(key) / "files"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.bin").write_text("artifact")   # same bytes, same sha256: only where it lives is wrong
+    (outside / "b.bin").write_text("more")
+    if link == "/dev/zero":
+        (files / "a.bin").unlink()
+        (files / "a.bin").symlink_to("/dev/zero")
+    elif link == "outside":
+        (files / "a.bin").unlink()
+        (files / "a.bin").symlink_to(outside / "a.bin")
+    else:
+        (files / "d" / "b.bin").unlink()
+        (files / "d").rmdir()
+        (files / "d").symlink_to(outside)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert cache.get(key, dest) is None
+    assert list(dest.iterdir()) == []
+
+
 def test_least_recently_used_entries_go_first(tmp_path):
     cache = Cache(tmp_path / "c", max_bytes=2500)
     src = _files(tmp_path, **{"f": "x" * 1000})
@@ -188,6 +216,54 @@ def test_reuse_verdict_and_no_cache(tmp_path):
     both = run("d", "--no-cache", "--reuse-verdict")
     assert both.returncode == 2 and "--reuse-verdict reads verdicts from the cache" in both.stderr, both.stderr
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("name", ["tmp", "entries"])
+def test_a_symlinked_tmp_or_entries_is_never_written_or_cleaned_through(tmp_path, name):
+    """Whoever can write the cache directory could point its tmp/ (or entries/) at another folder: stale
+    ``build-*`` directories there were deleted, and staging and publishing wrote into it."""
+    victim = tmp_path / "victim"
+    (victim / "build-release").mkdir(parents=True)
+    os.utime(victim / "build-release", (0, 0))   # older than any stale-build age
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / name).symlink_to(victim)
+    cache = Cache(root, max_bytes=10**6)
+    assert not cache.put("k" * 64, _files(tmp_path, **{"a.bin": "x"}), ["a.bin"], {})
+    assert cache.clear() == 0 and cache.evict() == []
+    assert sorted(p.name for p in victim.iterdir()) == ["build-release"]
+
+
+@pytest.mark.parametrize("files", [{"x": {"sha256": "0", "bytes": 1e999}}, ["x"], {"x": {"bytes": -10**30}}])
+def test_a_planted_meta_json_does_not_break_storing(tmp_path, files):
+    """An entry whose meta.json says 1e999 bytes (JSON's infinity) made every store's eviction raise, so
+    every conversion into that cache failed; a files list, the same. Such an entry is skipped (a negative
+    size, which would hide the others from the bound, too)."""
+    cache = Cache(tmp_path / "c", max_bytes=10)
+    planted = cache.entry_dir("a" * 64)
+    planted.mkdir(parents=True)
+    (planted / "meta.json").write_text(json.dumps({"schema": "edgeport.cache/1", "files": files}))
+    assert cache.put("b" * 64, _files(tmp_path, **{"a.bin": "x" * 100}), ["a.bin"], {})
+    assert cache.entries() == [] and cache.info()["entries"] == 0
+
+
+@pytest.mark.parametrize("damage", [{"bytes": 1e999}, {"data": ["x"]}])
+def test_a_planted_entry_is_a_miss_not_an_error(tmp_path, damage):
+    """get() raised OverflowError on a file of 1e999 bytes, and handed a data list to callers that read it
+    as an object: either failed the row instead of missing."""
+    cache = Cache(tmp_path / "c", max_bytes=10**6)
+    key = key_of({"x": 1})
+    cache.put(key, _files(tmp_path, **{"a.bin": "artifact"}), ["a.bin"], {"artifact": "a.bin"})
+    meta_path = cache.entry_dir(key) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    if "bytes" in damage:
+        meta["files"]["a.bin"]["bytes"] = damage["bytes"]
+    else:
+        meta["data"] = damage["data"]
+    meta_path.write_text(json.dumps(meta))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    assert cache.get(key, dest) is None and list(dest.iterdir()) == []
 
 
 def test_tpu_compiles_are_cached_per_topology(tmp_path):

@@ -33,11 +33,12 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
     from edgeport.fleet.cluster import check_ray_installed, split_address
     from edgeport.fleet.run import run_fleet
     from edgeport.fleet.spec import read_fleet
-    from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA, check_output_dir
+    from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA, check_output_dir, check_own_files
     from edgeport.pipeline.proc import redirected
 
     out = Path(out)
     check_output_dir(out, force, [Path(path)])
+    check_own_files(out, [MARKER, FLEET_LOG])  # written in place (a --force'd OUT is not swapped like convert's)
     fleet = read_fleet(Path(path), out)
     check_ray_installed()
     if ray_address:

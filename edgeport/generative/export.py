@@ -180,9 +180,21 @@ def copy_tokenizer(model_dir: Path, out_dir: Path) -> list[str]:
     apps read them there); none for a hub id or a model without one."""
     if not model_dir.is_dir():
         return []
-    found = [f for f in TOKENIZER_FILES if (model_dir / f).is_file()]
+    found = [f for f in TOKENIZER_FILES if _own_file(model_dir, f)]
     if found:
         (out_dir / "tokenizer").mkdir(exist_ok=True)
         for name in found:
             shutil.copyfile(model_dir / name, out_dir / "tokenizer" / name)
     return found
+
+
+def _own_file(model_dir: Path, name: str) -> bool:
+    """A file of the model directory itself: a symlink out of it (vocab.txt -> /proc/self/environ, a key
+    file) would copy what it names into DIR, which CI publishes. A hub cache snapshot's links into its
+    ``blobs/`` are the model's own."""
+    path = model_dir / name
+    if not path.is_file():
+        return False
+    real, home = path.resolve(), model_dir.resolve()
+    roots = [home] + ([home.parents[1] / "blobs"] if home.parent.name == "snapshots" else [])
+    return any(real.is_relative_to(root) for root in roots)

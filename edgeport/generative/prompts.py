@@ -78,7 +78,9 @@ def load_tokenizer(directory: Path | None, what: str):
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        # the folder is data from DIR: its auto_map / custom classes never run (False, not None: None asks
+        # on stdin, and a "y" there would run the folder's Python)
+        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
     except Exception as exc:
         from edgeport.diagnostics import first_line
 

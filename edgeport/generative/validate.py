@@ -10,13 +10,19 @@ exported programs' own, labelled so.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 from edgeport.errors import UsageError
 from edgeport.generative.layout import EXPORTED_DIR, LAYOUT_FILE, Layout
+from edgeport.generative.options import MAX_GEN_TOKENS
 
 SIGNATURE_NAME = re.compile(r"prefill_\d+|decode")
+# Bounds on a layout.json's numbers: far above any real model (a 128k-slot cache of 8 heads x 128 is 2**27
+# elements per tensor), far below what would exhaust memory before the first token.
+MAX_LAYOUT_INT = 2**24
+MAX_TENSOR_ELEMENTS = 2**30
 
 
 def is_generative_dir(directory: Path) -> bool:
@@ -26,8 +32,12 @@ def is_generative_dir(directory: Path) -> bool:
 def read_layout(directory: Path) -> Layout:
     path = directory / EXPORTED_DIR / LAYOUT_FILE
     try:
-        layout = Layout.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError) as exc:
+        data = json.loads(path.read_text())
+        problem = layout_problem(data) if isinstance(data, dict) else "not a JSON object"
+        if problem:
+            raise ValueError(problem)
+        layout = Layout.from_json(data)
+    except (OSError, ValueError, TypeError, RecursionError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
     bad = [n for n in layout.signatures if not SIGNATURE_NAME.fullmatch(n)]
     if bad or "decode" not in layout.signatures:
@@ -35,13 +45,51 @@ def read_layout(directory: Path) -> Layout:
     return layout
 
 
+def _is_int(value, low: int = 0, high: int = MAX_LAYOUT_INT) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def layout_problem(data: dict) -> str | None:
+    """What in a layout.json (data from DIR) the loop, the judge and ``generate`` could not use: wrong
+    types, or sizes that would allocate without bound (a cache of 10**12 slots). None when it is usable."""
+    for key in ("vocab_size", "num_layers", "cache_len"):
+        if not _is_int(data.get(key), 1):
+            return f"{key} must be a positive integer up to {MAX_LAYOUT_INT}, got {str(data.get(key))[:40]!r}"
+    lens = data.get("prefill_lens")
+    if not isinstance(lens, list) or not lens or not all(_is_int(n, 1, data["cache_len"]) for n in lens):
+        return f"prefill_lens must be a list of lengths 1..cache_len, got {str(lens)[:40]!r}"
+    if not _is_int(data.get("gen_tokens"), 1, MAX_GEN_TOKENS):
+        return f"gen_tokens must be 1..{MAX_GEN_TOKENS}, got {str(data.get('gen_tokens'))[:40]!r}"
+    if data.get("bos_token_id") is not None and not _is_int(data["bos_token_id"]):
+        return "bos_token_id must be a token id or null"
+    if not isinstance(data.get("eos_token_ids"), list) or not all(_is_int(t) for t in data["eos_token_ids"]):
+        return "eos_token_ids must be a list of token ids"
+    signatures, cache = data.get("signatures"), data.get("cache")
+    if not isinstance(signatures, dict) or not isinstance(cache, list):
+        return "signatures must be an object and cache a list"
+    if not all(isinstance(sig, dict) and isinstance(sig.get("inputs"), list) for sig in signatures.values()) \
+            or not all(_tensor_ok(e) for sig in signatures.values() for e in sig["inputs"]) \
+            or not all(_tensor_ok(e) and e.get("kind") in ("key", "value", "length") for e in cache):
+        return "each signature's inputs and each cache entry must be {name, shape, dtype} tensors of a bounded size"
+    return None
+
+
+def _tensor_ok(entry) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(entry.get("dtype"), str):
+        return False
+    shape = entry.get("shape")
+    return isinstance(shape, list) and all(_is_int(d) for d in shape) and math.prod(shape) <= MAX_TENSOR_ELEMENTS
+
+
 def validate_generation(directory: Path, judge, junit, trust_pickle: bool, progress):
     from edgeport.pipeline.plan import rejudge_settings
     from edgeport.pipeline.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, Result
-    from edgeport.validate.report import read_report_dir, write_outputs
+    from edgeport.pipeline.outdir import check_own_files
+    from edgeport.validate.report import read_report_dir, validate_writes, write_outputs
 
     old = read_report_dir(directory)
+    check_own_files(directory, [RUN_LOG, *validate_writes(junit)])
     layout = read_layout(directory)
     config, flags, baseline = rejudge_settings(judge, junit)
     with redirected(directory / RUN_LOG):
@@ -100,6 +148,7 @@ def rejudge(data: dict, session, directory: Path, config: dict, flags) -> dict:
     from edgeport.generative.judge import generation_budget
     from edgeport.generative.rows import judge_generative, tree_digest
     from edgeport.pipeline.row import Row
+    from edgeport.validate.report import artifact_in
 
     row = Row.from_json({k: v for k, v in data.items() if k not in ("regressions", "runner_choice")})
     if not row.artifact:
@@ -110,8 +159,8 @@ def rejudge(data: dict, session, directory: Path, config: dict, flags) -> dict:
     if target.missing_requirements():
         row.status, row.error = "skipped", f"not installed ({', '.join(target.missing_requirements())}): {target.install_hint}"
         return row.to_json()
-    path = (directory / row.artifact).resolve()
-    if not path.is_relative_to(directory.resolve()) or not path.exists():
+    path = artifact_in(directory, row.artifact)
+    if path is None or not path.exists():
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
     budget = generation_budget(budget_for(row.target, row.variant, config, flags), row.variant)

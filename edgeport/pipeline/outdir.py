@@ -67,6 +67,16 @@ def is_ours(directory: Path) -> bool:
         return False
 
 
+def check_own_files(directory: Path, names) -> None:
+    """``validate``/``report``/``fleet --force`` write these names into a directory they did not create: one that is a symlink
+    (or not a regular file) would carry the write outside it, so it is bad input (exit 2), before any work."""
+    for name in names:
+        path = Path(directory) / name
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise UsageError(f"{path} is a symlink or not a regular file; edgeport writes only its own files "
+                             f"inside {directory}")
+
+
 def check_writable(out: Path) -> None:
     """The run will create its staging directory beside --out (and missing parents): the nearest existing
     ancestor must be a writable directory."""

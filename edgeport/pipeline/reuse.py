@@ -196,6 +196,8 @@ def reused_verdict(row, key: str | None, session, budget: dict) -> bool:
     if not data or "row" not in data:
         return False
     stored = data["row"]
+    if not isinstance(stored, dict):
+        return False
     for name in VERDICT_FIELDS:
         setattr(row, name, stored.get(name))
     row.details.update(stored.get("details") or {})

@@ -11,6 +11,8 @@ from pathlib import Path
 from edgeport.pipeline.options import JudgeOptions
 from edgeport.pipeline.proc import redirected
 from edgeport.pipeline.run import RUN_LOG, Progress, Result, check_directory, param_count, stamp
+from edgeport.pipeline.outdir import check_own_files
+from edgeport.validate.report import artifact_in, validate_writes
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
     if is_generative_dir(directory):  # prefill/decode artifacts: judged by the tokens they generate
         return validate_generation(directory, judge, junit, trust_pickle, progress)
     old = check_directory(directory)
+    check_own_files(directory, [RUN_LOG, *validate_writes(junit)])
     config, flags, baseline = rejudge_settings(judge, junit)
     with redirected(directory / RUN_LOG):
         report = revalidate(old, directory, judge, config, flags, baseline, trust_pickle, progress)
@@ -70,7 +73,7 @@ def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
         return tuple(i["name"] for i in manifest["inputs"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None  # the program's own placeholder names then
 
 
@@ -90,8 +93,8 @@ def rejudge(data: dict, context: Context) -> dict:
     if missing:
         row.status, row.error = "skipped", f"not installed ({', '.join(missing)}): {target.install_hint}"
         return row.to_json()
-    path = context.directory / row.artifact
-    if not path.is_file():
+    path = artifact_in(context.directory, row.artifact)
+    if path is None or not path.is_file():
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
     row.size_bytes = path.stat().st_size

@@ -27,7 +27,7 @@ def load_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline not found: {path}")
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # (nesting deeper than Python's stack)
         raise UsageError(f"--baseline {path} is not JSON: {exc}") from exc
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in KNOWN_SCHEMAS:
@@ -52,7 +52,21 @@ def row_problem(row) -> str | None:
             return f"has no {key!r}"
     if row.get("status") not in ("ok", "failed", "skipped"):
         return f"has status {row.get('status')!r} (expected ok, failed or skipped)"
+    for key, kinds in ROW_FIELDS.items():
+        value = row.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return f"has {key} {str(value)[:40]!r} of the wrong type (expected {' or '.join(k.__name__ for k in kinds)})"
+    if not all(isinstance(n, str) for n in row.get("notes") or []):
+        return "has notes that are not strings"
+    if _number((row.get("latency_ms") or {}).get("p50")) is None and (row.get("latency_ms") or {}).get("p50") is not None:
+        return "has a latency_ms.p50 that is not a number"
     return None
+
+
+# The row fields comparisons and validate read as numbers, text or objects: another type (a hand-edited or
+# hostile report.json) is bad input, not an internal error half way through a comparison.
+ROW_FIELDS = {"artifact": (str,), "sha256": (str,), "error": (str,), "size_bytes": (int, float),
+              "parity": (dict,), "latency_ms": (dict,), "notes": (list,)}
 
 
 def _number(value) -> float | None:

@@ -115,6 +115,21 @@ def read_report_dir(directory: Path) -> dict:
         raise UsageError(str(exc).replace("--baseline ", "")) from exc
 
 
+def validate_writes(junit: Path | None) -> list[str]:
+    """The report files ``validate`` writes into DIR (an absolute --junit is the user's own path)."""
+    names = ["report.json", REPORT_FORMATS["md"], REPORT_FORMATS["html"]]
+    return names + ([str(junit)] if junit is not None and not Path(junit).is_absolute() else [])
+
+
+def artifact_in(directory: Path, rel) -> Path | None:
+    """``directory/rel`` when it stays inside ``directory`` (symlinks resolved), else None: a report.json's
+    artifact path is data from the directory, and never names a file elsewhere."""
+    if not isinstance(rel, str) or not rel:
+        return None
+    path = (Path(directory) / rel).resolve()
+    return path if path.is_relative_to(Path(directory).resolve()) else None
+
+
 def build_manifest(spec: str, signature, rows: list[dict]) -> dict:
     """Inputs/outputs of the model and, per artifact, as its runtime sees them (names, dtypes, quantization)."""
     artifacts = [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],

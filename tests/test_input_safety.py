@@ -1,0 +1,188 @@
+"""Hostile input directories for the commands that read (and write into) a directory they did not create:
+``validate DIR``, ``report DIR`` and the tokenizer folder of a text-generation DIR. An attacker who controls
+DIR (a pull request in a repository whose CI runs edgeport) must not make edgeport write outside it, judge a
+file outside it, or run its Python."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import REPO, read_report, run_cli
+
+MODELS = REPO / "tests" / "models.py"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("converted") / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--samples", "2", "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.fixture
+def fresh(converted, tmp_path):
+    copy = tmp_path / "dist"
+    shutil.copytree(converted, copy)
+    return copy
+
+
+@pytest.mark.parametrize("command,name", [("validate", "report.md"), ("validate", "report.html"),
+                                          ("validate", "report.json"), ("validate", "edgeport.log"),
+                                          ("report", "report.md")])
+def test_symlinked_report_file_is_refused_not_followed(fresh, tmp_path, command, name):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    if name == "report.json":  # the report read goes through the link too: point it at a copy outside
+        shutil.copy(fresh / name, victim)
+    before = victim.read_text()
+    (fresh / name).unlink()
+    (fresh / name).symlink_to(victim)
+    args = ("--samples", "2", "--no-latency") if command == "validate" else ()
+    result = run_cli(command, fresh, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "symlink" in result.stderr and "Traceback" not in result.stderr
+    assert victim.read_text() == before
+
+
+def test_junit_name_symlinked_out_of_dir_is_refused(fresh, tmp_path):
+    victim = tmp_path / "victim.xml"
+    victim.write_text("precious\n")
+    (fresh / "junit.xml").symlink_to(victim)
+    result = run_cli("validate", fresh, "--samples", "2", "--no-latency", "--junit", "junit.xml")
+    assert result.returncode == 2 and victim.read_text() == "precious\n", result.stderr
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "symlink"])
+def test_artifact_path_outside_dir_is_missing_not_judged(fresh, tmp_path, where):
+    outside = tmp_path / "outside.onnx"
+    shutil.copy(fresh / "onnx" / "model.onnx", outside)
+    (fresh / "link.onnx").symlink_to(outside)
+    artifact = {"absolute": str(outside), "dotdot": "../outside.onnx", "symlink": "link.onnx"}[where]
+    report = read_report(fresh)
+    report["targets"][0].update(artifact=artifact, sha256=None)
+    (fresh / "report.json").write_text(json.dumps(report))
+    result = run_cli("validate", fresh, "--samples", "2", "--no-latency")
+    assert result.returncode == 1, result.stdout + result.stderr
+    row = read_report(fresh)["targets"][0]
+    assert row["status"] == "failed" and row["error"].startswith("artifact missing") and not row.get("parity")
+
+
+def test_tokenizer_folder_custom_code_never_runs(tmp_path, monkeypatch):
+    """auto_map in tokenizer_config.json names Python in the folder: even a "y" on stdin (transformers asks
+    when trust_remote_code is None) must not run it; the load is exit 2."""
+    from edgeport.errors import UsageError
+    from edgeport.generative.prompts import load_tokenizer
+
+    marker = tmp_path / "ran"
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenization_evil.py").write_text(
+        f"open({str(marker)!r}, 'w').write('x')\nfrom transformers import PreTrainedTokenizerFast as EvilTokenizer\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "EvilTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer"] * 2}}))
+    monkeypatch.setattr("builtins.input", lambda *_: "y")
+    with pytest.raises(UsageError):
+        load_tokenizer(folder, "--prompt")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", [".edgeport", "fleet.log"])
+def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_path, name):
+    """``fleet --force`` writes its marker and log into OUT in place: an OUT that passes as edgeport's (a
+    report.json of its schema) with those names symlinked out must not carry the writes outside."""
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(converted / "report.json", out / "report.json")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (out / name).symlink_to(victim)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\ntargets = ["onnx"]\nsamples = 2\nlatency = false\n\n'
+                     f'[[model]]\nname = "mlp"\nspec = "{MODELS}:mlp"\n')
+    result = run_cli("fleet", fleet, "--out", out, "--force")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "symlink" in result.stderr and victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("field,value", [("artifact", 5), ("notes", [5]), ("sha256", 5), ("parity", "x"),
+                                         ("size_bytes", "big"), ("latency_ms", {"p50": "a"})])
+def test_wrong_types_in_a_report_row_are_bad_input(fresh, field, value):
+    """validate DIR and report --baseline read these fields as text, numbers or objects: another type was an
+    internal error (exit 1, as if the gate had judged), now exit 2 naming the field."""
+    report = read_report(fresh)
+    report["targets"][0][field] = value
+    (fresh / "report.json").write_text(json.dumps(report))
+    for args in (("validate", fresh, "--samples", "2", "--no-latency"),
+                 ("report", fresh, "--baseline", fresh / "report.json")):
+        result = run_cli(*args)
+        assert result.returncode == 2 and field in result.stderr, result.stdout + result.stderr
+
+
+def _layout(**changes) -> dict:
+    ids = {"name": "input_ids", "shape": [1, 1], "dtype": "int64"}
+    layout = {"model": "m", "architecture": None, "vocab_size": 16, "num_layers": 1, "cache_len": 8,
+              "prefill_lens": [4], "gen_tokens": 2, "bos_token_id": None, "eos_token_ids": [2],
+              "signatures": {"prefill_4": {"inputs": [{**ids, "shape": [1, 4]}]}, "decode": {"inputs": [ids]}},
+              "cache": [{"name": "cache_len_0", "layer": 0, "kind": "length", "shape": [], "dtype": "int64"}]}
+    return {**layout, **changes}
+
+
+@pytest.mark.parametrize("changes", [{"cache_len": 10**12}, {"gen_tokens": 10**9}, {"prefill_lens": "ab"},
+                                     {"vocab_size": "x"}, {"eos_token_ids": None}, {"signatures": {"decode": 5}},
+                                     {"cache": [{"name": "x"}]},
+                                     {"signatures": {"decode": {"inputs": [{"name": "attention_mask",
+                                                                            "shape": [10**6, 10**6], "dtype": "bool"}]}}}])
+def test_hostile_generative_layout_is_bad_input(tmp_path, changes):
+    """layout.json steers allocations (a cache of cache_len slots, masks of an entry's shape) and loops
+    (gen_tokens): wrong types or absurd sizes were internal errors or a 931 GiB allocation, now exit 2."""
+    from edgeport.errors import UsageError
+    from edgeport.generative.validate import read_layout
+
+    (tmp_path / "exported").mkdir()
+    (tmp_path / "exported" / "layout.json").write_text(json.dumps(_layout()))
+    assert read_layout(tmp_path).cache_len == 8
+    (tmp_path / "exported" / "layout.json").write_text(json.dumps(_layout(**changes)))
+    with pytest.raises(UsageError, match="layout.json"):
+        read_layout(tmp_path)
+
+
+def test_tokenizer_files_symlinked_out_of_the_model_dir_are_not_copied(tmp_path):
+    """vocab.txt -> /proc/self/environ in a model directory copied the CI's environment (its secrets) into
+    DIR/tokenizer/; a hub cache snapshot's links into its blobs/ still count as the model's own."""
+    from edgeport.generative.export import copy_tokenizer
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text("{}")
+    (model / "vocab.txt").symlink_to("/proc/self/environ")
+    secret = tmp_path / "secret"
+    secret.write_text("key")
+    (model / "merges.txt").symlink_to(secret)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert copy_tokenizer(model, out) == ["tokenizer.json"]
+    assert sorted(p.name for p in (out / "tokenizer").iterdir()) == ["tokenizer.json"]
+    snapshot = tmp_path / "hub" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "hub" / "blobs").mkdir()
+    (tmp_path / "hub" / "blobs" / "1234").write_text("{}")
+    (snapshot / "tokenizer.json").symlink_to("../../blobs/1234")
+    (tmp_path / "out2").mkdir()
+    assert copy_tokenizer(snapshot, tmp_path / "out2") == ["tokenizer.json"]
+
+
+def test_json_nested_deeper_than_the_stack_is_bad_input(fresh, tmp_path):
+    """report.json / layout.json of [[[...]]] 200,000 deep: a RecursionError was an internal error (exit 1)."""
+    from edgeport.errors import UsageError
+    from edgeport.generative.validate import read_layout
+
+    deep = "[" * 200_000 + "]" * 200_000
+    (fresh / "report.json").write_text(deep)
+    result = run_cli("validate", fresh, "--samples", "2", "--no-latency")
+    assert result.returncode == 2 and "not JSON" in result.stderr, result.stderr
+    (tmp_path / "exported").mkdir()
+    (tmp_path / "exported" / "layout.json").write_text(deep)
+    with pytest.raises(UsageError, match="layout.json"):
+        read_layout(tmp_path)
