@@ -235,6 +235,27 @@ def test_eager_latency_reruns_a_sliding_window_cache():
     assert timing["prefill_ms"]["8"] > 0 and timing["decode_ms_per_token"] > 0 and timing["decode_runs"] >= 10
 
 
+def test_mixture_of_experts_converts(tmp_path):
+    """MoE experts default to grouped_mm: its transformers::grouped_mm_fallback custom op and torch.histc
+    are lowered by neither torch.onnx ("No ONNX function found") nor litert-torch ("Lowering not found:
+    aten.histc"); the export runs the experts as batched_mm, as transformers' ExecuTorch exporter does."""
+    model_dir = tiny_lm.save(tiny_lm.build("mixtral"), tmp_path / "mixtral")
+    result = convert(model_dir, tmp_path / "out", "--no-latency", targets=("onnx",))
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = rows_of(read_report(tmp_path / "out"))[("onnx", "fp32")]
+    assert row["generation"]["token_agreement"] == 1.0 and any("batched_mm" in n for n in row["notes"])
+
+
+def test_recurrent_state_model_is_one_line(tmp_path):
+    """A model whose cache is a recurrent state (Mamba) has no keys/values for the generative contract:
+    exit 2 naming the cache layer, not "torch.export failed: StopIteration" on every row."""
+    model_dir = tiny_lm.save(tiny_lm.build("mamba"), tmp_path / "mamba")
+    result = run_cli("convert", f"hf:{model_dir}", "-t", "onnx", "--prefill-len", "8", "--cache-len", "32",
+                     "--gen-tokens", "4", "--out", tmp_path / "out")
+    assert result.returncode == 2 and "caches a LinearAttentionLayer (recurrent state" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------------------------- slow
 
 @pytest.mark.slow
