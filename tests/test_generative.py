@@ -211,6 +211,51 @@ def test_plan_refuses_before_loading(llama, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_sliding_window_cache_longer_than_the_window_is_one_line(tmp_path):
+    """A sliding-window layer's static cache holds only the window and the exported decode cannot roll it:
+    a longer --cache-len is exit 2 with the longest usable one, not an internal error."""
+    model_dir = tiny_lm.save(tiny_lm.build("gemma2"), tmp_path / "gemma2")
+    result = run_cli("convert", f"hf:{model_dir}", "-t", "onnx", "--prefill-len", "8", "--cache-len", "32",
+                     "--gen-tokens", "4", "--out", tmp_path / "out")
+    message = f"--cache-len 32 exceeds the model's sliding attention window ({tiny_lm.WINDOW} tokens)"
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_eager_latency_reruns_a_sliding_window_cache():
+    """Eager timing repeats each captured call: a sliding-window layer also counts its length in a Python
+    int, so re-running on the written cache took the "window full" path (shape mismatch) before each run
+    got a fresh copy of the call."""
+    from types import SimpleNamespace
+
+    from edgeport.generative.reference import eager_latency
+
+    model = tiny_lm.build("gemma2")
+    timing = eager_latency(model, SimpleNamespace(prefill_lens=[8], cache_len=tiny_lm.WINDOW), threads=1)
+    assert timing["prefill_ms"]["8"] > 0 and timing["decode_ms_per_token"] > 0 and timing["decode_runs"] >= 10
+
+
+def test_mixture_of_experts_converts(tmp_path):
+    """MoE experts default to grouped_mm: its transformers::grouped_mm_fallback custom op and torch.histc
+    are lowered by neither torch.onnx ("No ONNX function found") nor litert-torch ("Lowering not found:
+    aten.histc"); the export runs the experts as batched_mm, as transformers' ExecuTorch exporter does."""
+    model_dir = tiny_lm.save(tiny_lm.build("mixtral"), tmp_path / "mixtral")
+    result = convert(model_dir, tmp_path / "out", "--no-latency", targets=("onnx",))
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = rows_of(read_report(tmp_path / "out"))[("onnx", "fp32")]
+    assert row["generation"]["token_agreement"] == 1.0 and any("batched_mm" in n for n in row["notes"])
+
+
+def test_recurrent_state_model_is_one_line(tmp_path):
+    """A model whose cache is a recurrent state (Mamba) has no keys/values for the generative contract:
+    exit 2 naming the cache layer, not "torch.export failed: StopIteration" on every row."""
+    model_dir = tiny_lm.save(tiny_lm.build("mamba"), tmp_path / "mamba")
+    result = run_cli("convert", f"hf:{model_dir}", "-t", "onnx", "--prefill-len", "8", "--cache-len", "32",
+                     "--gen-tokens", "4", "--out", tmp_path / "out")
+    assert result.returncode == 2 and "caches a LinearAttentionLayer (recurrent state" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------------------------- slow
 
 @pytest.mark.slow
@@ -230,8 +275,8 @@ def test_family_matrix_token_exact(family, tmp_path):
 def test_litert_one_kv_head_precision_bug_is_reported(tmp_path):
     """litert-torch 0.10 mis-converts attention with ONE kv head (MQA: Gemma-2B, Falcon, ...): logits are
     off by ~3e-3 of their scale (a plain forward shows it too, so it is not the cache path). Tokens still
-    match on this model, but the fp32 logits budget fails on LiteRT, and only there: the report says so per
-    target instead of the budget being loosened for everyone. If this test starts failing because LiteRT
+    match on this model, but the fp32 logits budget fails on LiteRT, and only there: the row's error names the
+    known converter issue instead of the budget being loosened for everyone. If this test starts failing because LiteRT
     is within budget, the converter was fixed: drop the README caveat."""
     model_dir = tiny_lm.save(tiny_lm.build("gemma", kv_heads=1), tmp_path / "gemma_mqa")
     result = convert(model_dir, tmp_path / "out", "--no-latency", targets=("litert", "onnx"))
@@ -239,6 +284,7 @@ def test_litert_one_kv_head_precision_bug_is_reported(tmp_path):
     rows = rows_of(read_report(tmp_path / "out"))
     litert, onnx = rows[("litert", "fp32")], rows[("onnx", "fp32")]
     assert litert["status"] == "failed" and "max_rel_err" in litert["error"] and litert["generation"]["token_agreement"] == 1.0
+    assert "known litert-torch 0.10 issue: attention with one kv head" in litert["error"]  # the row says why
     assert litert["generation"]["logits_max_rel_err"] > 1e-4 and onnx["status"] == "ok"
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 VOCAB = 256
+WINDOW = 16  # gemma2's sliding attention window
 SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
 
@@ -30,6 +31,12 @@ def config(family: str, kv_heads: int = 2):
                       num_key_value_heads=kv_heads, max_position_embeddings=128, **common)
     if family == "gemma":
         return T.GemmaConfig(head_dim=16, **llama_like)
+    if family == "mixtral":  # mixture of experts: 4 experts, top 2
+        return T.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **llama_like)
+    if family == "mamba":  # a recurrent state per layer, no keys/values
+        return T.MambaConfig(hidden_size=64, num_hidden_layers=2, state_size=8, **common)
+    if family == "gemma2":  # every other layer attends a sliding window of 16 tokens
+        return T.Gemma2Config(head_dim=16, sliding_window=WINDOW, **llama_like)
     return {"llama": T.LlamaConfig, "qwen2": T.Qwen2Config}[family](**llama_like)
 
 

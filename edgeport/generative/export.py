@@ -55,6 +55,11 @@ def load_causal_lm(source) -> tuple[object, list[str]]:
         model.set_attn_implementation("sdpa")
     except Exception as exc:
         notes.append(f"attention stays eager ({type(exc).__name__}): prefill takes a float additive mask")
+    if getattr(model, "_can_set_experts_implementation", lambda: False)():
+        # MoE: the default grouped_mm (torch.histc and a transformers custom op) is lowered by no converter
+        # here; batched_mm (static shapes) is what transformers' own ExecuTorch exporter switches to
+        model.set_experts_implementation("batched_mm")
+        notes.append("mixture-of-experts layers run as batched_mm (every token's top-k experts, static shapes)")
     dtypes = {p.dtype for p in model.parameters()}
     if dtypes != {torch.float32}:
         notes.append(f"weights upcast from {', '.join(sorted(str(d).removeprefix('torch.') for d in dtypes))} to "
@@ -122,6 +127,21 @@ def export_raw(model, lens: tuple[int, ...], cache_len: int) -> dict:
     return raw
 
 
+def check_window(model, cache_len: int) -> None:
+    """Refuse a cache longer than a sliding-window layer's window (exit 2, one line). transformers' static
+    sliding-window layer holds min(window, cache) slots and picks "write in place" or "roll the window" with
+    a Python int while tracing: the exported decode only ever writes, so past the window it would write out
+    of range. The layers and their sizes come from transformers' own StaticCache for the config (no family
+    list here)."""
+    from transformers import StaticCache
+
+    layers = StaticCache(config=model.config, max_cache_len=cache_len).layers
+    window = min((layer.max_cache_len for layer in layers if getattr(layer, "is_sliding", False)), default=cache_len)
+    if window < cache_len:
+        raise UsageError(f"--cache-len {cache_len} exceeds the model's sliding attention window ({window} tokens): the "
+                         f"exported decode program cannot roll the window; use --cache-len {window} or less")
+
+
 def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) -> Exported:
     """Export, flatten, save ``DIR/exported/`` (programs + layout.json) and the tokenizer files; ``loaded``
     is :func:`load_causal_lm`'s result when the caller loaded the model already."""
@@ -130,9 +150,12 @@ def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) 
     from edgeport.generative.flat import flatten
 
     model, notes = loaded or load_causal_lm(source)
+    check_window(model, plan.cache_len)
     try:
         raw = export_raw(model, plan.prefill_lens, plan.cache_len)
         flat = {name: flatten(program) for name, program in raw.items()}
+    except UsageError:  # a model the generative contract cannot describe: one line, exit 2
+        raise
     except Exception as exc:
         raise ExportFailed(describe_export_error(exc)) from exc
     folder = out_dir / EXPORTED_DIR

@@ -15,6 +15,8 @@ import re
 
 import torch
 
+from edgeport.errors import UsageError
+
 CACHE_FIELDS = (("keys", "k"), ("values", "v"), ("cumulative_length", "len"))
 
 
@@ -22,6 +24,9 @@ def _cache_names(ctx) -> list[str]:
     """StaticCache pytree context -> leaf names in leaf order: ``cache_k_<l>``, ``cache_v_<l>``, ``cache_len_<l>``."""
     names = {}
     for layer_index, layer in enumerate(ctx["s"]["layers"]):
+        if not any(field in layer["s"] for field, _ in CACHE_FIELDS):  # (prefill's keys are still None leaves)
+            raise UsageError(f"--task text-generation supports attention key/value caches only; layer {layer_index} of "
+                             f"this model caches a {layer.get('p', '?').rpartition(':')[2]} (recurrent state, no keys/values)")
         for field, short in CACHE_FIELDS:
             value = layer["s"].get(field)
             if isinstance(value, dict) and value.get("_t") == "tensor":

@@ -4,7 +4,7 @@
   ``output_logits``), one call per prompt. ``validate`` has no model: it uses the saved flat programs
   through :class:`ProgramRunner` and the same loop (token-exact with ``generate``, checked by the tests).
 - Eager latency: the forward calls ``generate`` makes (captured by transformers' decomposition, each with
-  its StaticCache), timed one call at a time at the run's thread count, the cache restored between calls
+  its StaticCache), timed one call at a time at the run's thread count, each on a fresh copy of the call
   untimed: prefill ms per prefill length and decode ms per token, as the artifacts are timed.
 """
 
@@ -57,26 +57,25 @@ def latency_block(prefill: dict, decode: dict, threads: int) -> dict:
 
 
 def time_call(module, kwargs: dict, budget_seconds: float = 0.5, min_runs: int = 10, max_runs: int = 100) -> dict:
-    """p50/p90 ms of ``module(**kwargs)``; every tensor the call may write (the cache) is restored before
-    each run, outside the timed region."""
+    """p50/p90 ms of ``module(**kwargs)``, each run on a fresh deep copy of the captured call (made outside
+    the timed region): the call writes its cache, and not only tensors -- a sliding-window cache layer
+    counts its length in a Python int too, and a second run on the written cache takes another code path
+    (or fails)."""
+    import copy
+
     import torch
 
-    tensors = list(_tensors(kwargs, set()))
-    saved = [t.detach().clone() for t in tensors]
     times = []
     deadline = time.perf_counter() + budget_seconds
     with torch.no_grad():
         for run in range(max_runs + 2):
-            for t, s in zip(tensors, saved):
-                t.copy_(s)
+            call = copy.deepcopy(kwargs)
             start = time.perf_counter()
-            module(**kwargs)
+            module(**call)
             if run >= 2:  # two warm-up calls
                 times.append((time.perf_counter() - start) * 1000)
             if len(times) >= min_runs and time.perf_counter() > deadline:
                 break
-        for t, s in zip(tensors, saved):
-            t.copy_(s)
     return percentiles(times)
 
 
@@ -84,26 +83,6 @@ def percentiles(times: list[float]) -> dict:
     times = sorted(times)
     pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
     return {"p50": max(pick(0.5), 1e-6), "p90": max(pick(0.9), 1e-6), "runs": len(times)}
-
-
-def _tensors(obj, seen: set, depth: int = 0):
-    """Every tensor reachable from call kwargs (dicts, sequences, a cache object's attributes), once each."""
-    import torch
-
-    if depth > 6 or id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from _tensors(value, seen, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            yield from _tensors(value, seen, depth + 1)
-    elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, type)):
-        for value in vars(obj).values():
-            yield from _tensors(value, seen, depth + 1)
 
 
 class ProgramRunner(SignatureRunner):

@@ -77,6 +77,8 @@ def run_generation_row(target, variant: str, session: GenSession, staging: Path,
     start = time.perf_counter()
     with redirected(log):
         row.apply(judge_generative(target.generation(), converted.artifact, session, generation_budget(budget, variant)))
+    if converted.parity_caveat and row.error and row.error.startswith("parity:"):
+        row.error += f" ({converted.parity_caveat})"
     row.check_seconds = round(time.perf_counter() - start, 3)
     return row.to_json()
 
