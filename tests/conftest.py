@@ -82,6 +82,16 @@ def write_model_file(tmp_path: Path, body: str, name: str = "model.py") -> Path:
 
 
 @pytest.fixture
+def fresh(converted, tmp_path):
+    """A copy of the test module's ``converted`` output directory (its own fixture), for a test to alter."""
+    import shutil
+
+    copy = tmp_path / "dist"
+    shutil.copytree(converted, copy)
+    return copy
+
+
+@pytest.fixture
 def cli():
     return run_cli
 

@@ -21,13 +21,6 @@ def converted(tmp_path_factory):
     return out
 
 
-@pytest.fixture
-def fresh(converted, tmp_path):
-    copy = tmp_path / "dist"
-    shutil.copytree(converted, copy)
-    return copy
-
-
 @pytest.mark.parametrize("command,name", [("validate", "report.md"), ("validate", "report.html"),
                                           ("validate", "report.json"), ("validate", "edgeport.log"),
                                           ("report", "report.md")])

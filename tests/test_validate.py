@@ -1,7 +1,6 @@
 """`edgeport validate DIR`: judge existing artifacts again (no conversion) against exported.pt2's module()."""
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -17,13 +16,6 @@ def converted(tmp_path_factory):
     result = run_cli("convert", f"{MODELS}:two_io", "-t", "onnx", "-t", "litert", "--out", out, "--no-latency")
     assert result.returncode == 0, result.stdout + result.stderr
     return out
-
-
-@pytest.fixture
-def fresh(converted, tmp_path):
-    copy = tmp_path / "dist"
-    shutil.copytree(converted, copy)
-    return copy
 
 
 def test_validate_clean_dir_with_new_data_and_latency(fresh, tmp_path):
