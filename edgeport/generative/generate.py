@@ -68,14 +68,15 @@ def pick_row(directory: Path, target: str, variant: str | None) -> dict:
 
 def load_runner(directory: Path, row: dict, threads: int):
     from edgeport.export.registry import get_target, target_names
+    from edgeport.validate.report import artifact_in
 
     if row["target"] not in target_names() or get_target(row["target"]).generation() is None:
         raise UsageError(f"target {row['target']!r} has no text-generation support in this edgeport")
     target = get_target(row["target"])
     if target.missing_requirements():
         raise UsageError(f"{target.name} is not installed: {target.install_hint}")
-    path = (directory / row["artifact"]).resolve()
-    if not path.is_relative_to(directory.resolve()) or not path.exists():
+    path = artifact_in(directory, row["artifact"])
+    if path is None or not path.exists():
         raise UsageError(f"artifact missing: {row['artifact']}")
     return target.generation().load(path, threads)
 
