@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,7 @@ def compiled_jar(home: Path) -> Path:
         digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
     jar = home / "contract" / f"core-{digest.hexdigest()[:16]}.jar"
     if jar.is_file():
+        jar.touch()  # its age is its last use
         return jar
     jar.parent.mkdir(exist_ok=True)
     compiler = home / "npm" / "node_modules" / "kotlin-compiler"
@@ -64,6 +66,9 @@ def compiled_jar(home: Path) -> Path:
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and "warning:" not in proc.stderr, proc.stderr
     os.replace(partial, jar)  # atomic: a concurrent run sees the whole jar or none
+    for old in jar.parent.glob("core-*.jar"):  # other sources' jars (6 MB each), unused for 3 days
+        if old != jar and time.time() - old.stat().st_mtime > 3 * 86400:
+            old.unlink(missing_ok=True)
     return jar
 
 
