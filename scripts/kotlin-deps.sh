@@ -4,7 +4,7 @@
 #                    kotlinx.serialization compiler plugin in lib/);
 #   serialization    kotlinx-serialization-core/json-jvm jars, unzipped from the `kotlin-jupyter-kernel` wheel
 #                    (`pip download --no-deps`: nothing is installed into any Python environment);
-#   a Java runtime   Debian's openjdk-17-jre-headless when there is no `java` (scripts/system-deps.sh).
+#   a Java runtime   Debian's openjdk-17-jre-headless when there is no `java` (scripts/system-deps.sh lists it).
 # Everything goes into one folder keyed by the versions below, next to the venvs
 # (${EDGEPORT_VENV_ROOT:-$HOME/.cache/edgeport}/kotlin-<version>), so reruns are instant; the test keeps its
 # compiled jar there too, keyed by the hash of the Kotlin sources. Prints that folder.
@@ -28,7 +28,7 @@ if [ "${1:-}" = "--check" ]; then
   exit 1
 fi
 
-bash "$repo/scripts/system-deps.sh" >&2
+command -v java >/dev/null || bash "$repo/scripts/system-deps.sh" >&2
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
 flock 9  # two runs installing into the same folder at once would corrupt it
@@ -39,10 +39,14 @@ if [ "$(cat "$root/.complete" 2>/dev/null)" != "$stamp" ]; then
   npm install --prefix "$root/npm" --no-audit --no-fund --no-save "kotlin-compiler@$KOTLIN" >&2
   "${PY:-python3}" -m pip download --quiet --no-deps --disable-pip-version-check \
     "kotlin-jupyter-kernel==$KERNEL_WHEEL" -d "$root/download" >&2
-  for lib in core json; do
-    unzip -q -j -o "$root"/download/kotlin_jupyter_kernel-*.whl \
-      "run_kotlin_kernel/jars/kotlinx-serialization-$lib-jvm-$SERIALIZATION.jar" -d "$root/jars"
-  done
+  "${PY:-python3}" - "$root" "$SERIALIZATION" <<'PYEOF'
+import pathlib, sys, zipfile
+root, version = pathlib.Path(sys.argv[1]), sys.argv[2]
+wheel = zipfile.ZipFile(next((root / "download").glob("kotlin_jupyter_kernel-*.whl")))
+for lib in ("core", "json"):
+    name = f"kotlinx-serialization-{lib}-jvm-{version}.jar"
+    (root / "jars" / name).write_bytes(wheel.read(f"run_kotlin_kernel/jars/{name}"))
+PYEOF
   rm -rf "$root/download"  # 80 MB wheel: only its two small jars are used
   "$root/npm/node_modules/kotlin-compiler/bin/kotlinc" -version >&2 2>&1
   echo "$stamp" > "$root/.complete"
