@@ -4,7 +4,8 @@
 #                    kotlinx.serialization compiler plugin in lib/);
 #   serialization    kotlinx-serialization-core/json-jvm jars, unzipped from the `kotlin-jupyter-kernel` wheel
 #                    (`pip download --no-deps`: nothing is installed into any Python environment);
-#   a Java runtime   Debian's openjdk-17-jre-headless when there is no `java` (scripts/system-deps.sh lists it).
+#   a Java runtime   Debian's openjdk-17-jre-headless when there is no `java`, and junit4 (the core's JUnit tests):
+#                    scripts/system-deps.sh lists them.
 # Everything goes into one folder keyed by the versions below, next to the venvs
 # (${EDGEPORT_VENV_ROOT:-$HOME/.cache/edgeport}/kotlin-<version>), so reruns are instant; the test keeps its
 # compiled jar there too, keyed by the hash of the Kotlin sources. Prints that folder.
@@ -17,18 +18,19 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 KOTLIN=2.4.20
 SERIALIZATION=1.9.0
 KERNEL_WHEEL=0.19.0.944  # kotlin-jupyter-kernel release that bundles kotlinx.serialization $SERIALIZATION
+JUNIT=/usr/share/java/junit4.jar  # Debian's junit4 (4.13.2, as the Gradle build's testImplementation)
 root="${EDGEPORT_VENV_ROOT:-$HOME/.cache/edgeport}/kotlin-$KOTLIN"
 stamp="kotlin-compiler $KOTLIN; kotlinx-serialization $SERIALIZATION from kotlin-jupyter-kernel $KERNEL_WHEEL"
 
 if [ "${1:-}" = "--check" ]; then
-  if [ "$(cat "$root/.complete" 2>/dev/null)" = "$stamp" ] && command -v java >/dev/null; then
+  if [ "$(cat "$root/.complete" 2>/dev/null)" = "$stamp" ] && command -v java >/dev/null && [ -f "$JUNIT" ]; then
     echo "$root"; exit 0
   fi
-  echo "kotlin-deps.sh: kotlinc $KOTLIN / kotlinx.serialization $SERIALIZATION / java not installed; run scripts/kotlin-deps.sh" >&2
+  echo "kotlin-deps.sh: kotlinc $KOTLIN / kotlinx.serialization $SERIALIZATION / java / junit4 not installed; run scripts/kotlin-deps.sh" >&2
   exit 1
 fi
 
-command -v java >/dev/null || bash "$repo/scripts/system-deps.sh" >&2
+{ command -v java >/dev/null && [ -f "$JUNIT" ]; } || bash "$repo/scripts/system-deps.sh" >&2
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
 flock 9  # two runs installing into the same folder at once would corrupt it

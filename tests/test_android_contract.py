@@ -11,8 +11,10 @@ and answers with the recorded outputs. From those the core must reproduce report
 and the reference's greedy tokens. Copies of manifest.json with a field renamed must fail with an error naming
 the field: that is what this test turns a Python-side rename into.
 
-Needs kotlinc, the kotlinx.serialization jars and java: scripts/kotlin-deps.sh installs them (`make test` and
-CI call it); if they are missing the test FAILS, it does not skip. The compiled jar is cached beside kotlinc,
+Also runs the core's JUnit tests (samples/android/core/src/test, what `./gradlew :core:test` runs).
+
+Needs kotlinc, the kotlinx.serialization jars, java and junit4: scripts/kotlin-deps.sh installs them (`make test`
+and CI call it); if they are missing the test FAILS, it does not skip. The compiled jar is cached beside kotlinc,
 keyed by the sources' hash (a compile is ~30 s; a warm run starts one JVM, ~1 s).
 """
 
@@ -32,6 +34,8 @@ import tiny_lm
 from conftest import REPO, read_report, run_cli
 
 CORE = REPO / "samples" / "android" / "core" / "src" / "main" / "kotlin"
+CORE_TESTS = REPO / "samples" / "android" / "core" / "src" / "test" / "kotlin"
+JUNIT = Path("/usr/share/java/junit4.jar")  # Debian's junit4 (scripts/system-deps.sh); finds hamcrest by itself
 DRIVER = REPO / "tests" / "kotlin" / "ContractMain.kt"
 MAIN_CLASS = "dev.edgeport.sample.contract.ContractMainKt"
 GEN_ARGS = ("--prefill-len", "4", "--prefill-len", "8", "--cache-len", "24", "--gen-tokens", "5", "--samples", "3")
@@ -45,12 +49,13 @@ def kotlin_home() -> Path:
 
 
 def classpath(home: Path) -> list[str]:
-    return sorted(str(p) for p in (home / "jars").glob("kotlinx-serialization-*.jar"))
+    return sorted(str(p) for p in (home / "jars").glob("kotlinx-serialization-*.jar")) + [str(JUNIT)]
 
 
 def compiled_jar(home: Path) -> Path:
-    """The core + driver jar, compiled once per content of the sources (and the toolchain's versions)."""
-    sources = sorted(CORE.rglob("*.kt")) + [DRIVER]
+    """The core, its JUnit tests and the driver in one jar, compiled once per content of the sources (and the
+    toolchain's versions)."""
+    sources = sorted(CORE.rglob("*.kt")) + sorted(CORE_TESTS.rglob("*.kt")) + [DRIVER]
     digest = hashlib.sha256((home / ".complete").read_bytes())
     for path in sources:
         digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -182,10 +187,15 @@ RENAMES = [
 
 
 @pytest.fixture(scope="module")
-def kotlin(converted):
-    """Every job through one JVM: the real DIRs, then each renamed copy."""
+def toolchain() -> list[str]:
+    """The classpath that runs the compiled core: its jar (with Kotlin's runtime), serialization, JUnit."""
     home = kotlin_home()
-    jar = compiled_jar(home)
+    return [str(compiled_jar(home)), *classpath(home)]
+
+
+@pytest.fixture(scope="module")
+def kotlin(converted, toolchain):
+    """Every job through one JVM: the real DIRs, then each renamed copy."""
     root = converted["root"]
     jobs = [{"name": "demo", "mode": "forward", "dir": str(converted["demo"]), "replay": str(root / "demo-replay")},
             {"name": "llm", "mode": "generate", "dir": str(converted["llm"]), "replay": str(root / "llm-replay")},
@@ -196,11 +206,20 @@ def kotlin(converted):
         mode = "forward" if which == "demo" else "generate"
         jobs.append({"name": f"renamed-{old}", "mode": mode, "dir": str(copy), "replay": str(root / f"{which}-replay")})
     (root / "jobs.json").write_text(json.dumps(jobs))
-    proc = subprocess.run(["java", "-cp", os.pathsep.join([str(jar), *classpath(home)]), MAIN_CLASS, str(root / "jobs.json")],
+    proc = subprocess.run(["java", "-cp", os.pathsep.join(toolchain), MAIN_CLASS, str(root / "jobs.json")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     sys.stderr.write(proc.stderr)  # the app's own text for each run, shown with -s
     return json.loads(proc.stdout)
+
+
+def test_core_junit_tests_pass(toolchain):
+    """samples/android/core/src/test (what `./gradlew :core:test` runs), here with Debian's JUnit 4.13.2."""
+    classes = [".".join(p.relative_to(CORE_TESTS).with_suffix("").parts) for p in sorted(CORE_TESTS.rglob("*Test.kt"))]
+    assert classes == ["dev.edgeport.sample.core.ManifestTest"]
+    proc = subprocess.run(["java", "-cp", os.pathsep.join(toolchain), "org.junit.runner.JUnitCore", *classes],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "OK (5 tests)" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_kotlin_reads_the_manifest_and_every_parity_sample(converted, kotlin):
