@@ -13,4 +13,4 @@ dependencyResolutionManagement {
     }
 }
 rootProject.name = "EdgeportSample"
-include(":app")
+include(":app", ":core")

@@ -1,7 +1,6 @@
 plugins {
     id("com.android.application")
     id("org.jetbrains.kotlin.android")
-    id("org.jetbrains.kotlin.plugin.serialization")
 }
 
 android {
@@ -29,9 +28,8 @@ android {
 }
 
 dependencies {
+    implementation(project(":core"))  // manifest, parity sample, parity math, generation loop: plain Kotlin
     implementation("com.google.ai.edge.litert:litert:2.3.0")
     implementation("com.google.ai.edge.litert:litert-gpu:2.3.0")  // only for "Run on GPU"
     implementation("androidx.activity:activity-ktx:1.9.3")
-    implementation("org.jetbrains.kotlinx:kotlinx-serialization-json:1.7.3")
-    testImplementation("junit:junit:4.13.2")
 }

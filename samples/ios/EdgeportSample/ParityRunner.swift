@@ -3,7 +3,8 @@ import TensorFlowLite
 
 /// Runs the bundled edgeport artifact (folder `edgeport/` in the app bundle, filled by
 /// `edgeport bundle DIR --ios samples/ios`) on its parity sample with LiteRT's Swift API and compares the
-/// outputs with the PyTorch reference outputs edgeport wrote.
+/// outputs with the PyTorch reference outputs edgeport wrote. The only file that touches LiteRT; the
+/// manifest and the numbers are `Core/` (Foundation only).
 struct ParityRunner {
     static let target = "litert"
     static let variant = "fp32"  // change to run another bundled variant (fp16, int8, ...)
@@ -55,16 +56,16 @@ struct ParityRunner {
         var feed: [String: Data] = [:]
         for (tensor, sample) in zip(inputs, index.inputs) {
             let bytes = try Data(contentsOf: sampleDir.appendingPathComponent(sample.file))
-            feed[tensor.name] = tensor.quantization.map { quantize(floats(bytes), $0) } ?? bytes
+            feed[tensor.name] = tensor.quantization.map { Parity.quantize(Parity.floats(bytes), $0) } ?? bytes
         }
         try runner.invoke(with: feed)  // warm-up; these are the outputs we check
         var results: [OutputResult] = []
         for (tensor, sample) in zip(outputs, index.outputs) {
-            let produced = try values(runner.output(named: tensor.name).data, tensor.dtype, tensor.quantization)
-            let reference = try values(Data(contentsOf: sampleDir.appendingPathComponent(sample.file)), sample.dtype, nil)
-            let (maxAbs, maxRel) = errors(produced, reference)
+            let produced = try Parity.values(runner.output(named: tensor.name).data, tensor.dtype, tensor.quantization)
+            let reference = try Parity.values(Data(contentsOf: sampleDir.appendingPathComponent(sample.file)), sample.dtype, nil)
+            let errors = try Parity.compare(produced, reference)
             results.append(OutputResult(name: tensor.name, shape: tensor.shape, firstValues: Array(produced.prefix(4)),
-                                        maxAbsErr: maxAbs, maxRelErr: maxRel))
+                                        maxAbsErr: errors.maxAbsErr, maxRelErr: errors.maxRelErr ?? errors.maxAbsErr))
         }
         var millis: [Double] = []
         for _ in 0..<Self.runs {
@@ -74,30 +75,4 @@ struct ParityRunner {
         }
         return Result(model: manifest.model, artifact: artifact.path, outputs: results, medianMs: millis.sorted()[millis.count / 2])
     }
-}
-
-// The sample files and LiteRT's buffers are little-endian, as every iOS device is.
-private func floats(_ data: Data) -> [Float] {
-    data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-}
-
-private func quantize(_ values: [Float], _ q: Quantization) -> Data {
-    Data(values.map { UInt8(bitPattern: Int8(max(-128, min(127, (Double($0) / q.scale).rounded() + Double(q.zeroPoint))))) })
-}
-
-private func values(_ data: Data, _ dtype: String, _ q: Quantization?) -> [Double] {
-    if let q, dtype == "int8" {
-        return data.map { (Double(Int8(bitPattern: $0)) - Double(q.zeroPoint)) * q.scale }
-    }
-    switch dtype {
-    case "int32": return data.withUnsafeBytes { $0.bindMemory(to: Int32.self).map(Double.init) }
-    default: return floats(data).map(Double.init)
-    }
-}
-
-/// Same metrics as edgeport's report: max_rel_err = max|out - ref| / max|ref|.
-private func errors(_ output: [Double], _ reference: [Double]) -> (Double, Double) {
-    let maxAbs = zip(output, reference).map { abs($0 - $1) }.max() ?? 0
-    let maxRef = reference.map(abs).max() ?? 0
-    return (maxAbs, maxRef > 0 ? maxAbs / maxRef : maxAbs)
 }

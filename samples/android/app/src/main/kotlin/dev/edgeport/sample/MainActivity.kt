@@ -8,14 +8,19 @@ import android.widget.ScrollView
 import android.widget.TextView
 import androidx.activity.ComponentActivity
 import com.google.ai.edge.litert.Accelerator
-import com.google.ai.edge.litert.CompiledModel
-import com.google.ai.edge.litert.TensorBuffer
-import kotlin.system.measureNanoTime
+import dev.edgeport.sample.core.BundleFiles
+import dev.edgeport.sample.core.EdgeportManifest
+import dev.edgeport.sample.core.GenerationCheck
+import dev.edgeport.sample.core.ParityCheck
 
 /**
  * Runs the edgeport artifact bundled in assets/edgeport/ (`edgeport bundle DIR --android samples/android`)
- * with LiteRT's CompiledModel API on the parity sample, and shows its outputs, the max error against the
- * PyTorch reference, and latency.
+ * with LiteRT's CompiledModel API and shows how it compares with PyTorch:
+ * - a forward model: its outputs on the parity sample, their error against the reference, and latency;
+ * - a text-generation model: the parity sample's prompts through the greedy loop, tokens vs the reference.
+ *
+ * Everything but the screen and LiteRT (LiteRtRunner.kt) is the plain-Kotlin `core` module, which the
+ * project's CI compiles and runs against real edgeport output.
  */
 class MainActivity : ComponentActivity() {
     private lateinit var report: TextView
@@ -38,7 +43,7 @@ class MainActivity : ComponentActivity() {
         report.text = "running on $accelerator…"
         Thread {
             val text = try {
-                runParitySample(accelerator)
+                run(accelerator)
             } catch (e: Exception) {
                 "failed on $accelerator: ${e.message}"
             }
@@ -46,58 +51,24 @@ class MainActivity : ComponentActivity() {
         }.start()
     }
 
-    private fun asset(path: String): ByteArray = assets.open("$ASSETS/$path").use { it.readBytes() }
+    private val files = BundleFiles { path -> assets.open("$ASSETS/$path").use { it.readBytes() } }
 
-    private fun runParitySample(accelerator: Accelerator): String {
-        val manifest = EdgeportManifest.parse(asset("manifest.json").decodeToString())
+    private fun run(accelerator: Accelerator): String {
+        val manifest = EdgeportManifest.parse(files.read("manifest.json").decodeToString())
+        val generation = manifest.generation
+        if (generation != null) {
+            val artifact = generation.artifact(TARGET, VARIANT)
+            LiteRtRunner(assets, "$ASSETS/${artifact.path}", accelerator).use { runner ->
+                val start = System.nanoTime()
+                val result = GenerationCheck.run(manifest, artifact, runner)
+                return GenerationCheck.describe(result, accelerator.toString(), (System.nanoTime() - start) / 1e9)
+            }
+        }
         val artifact = manifest.artifact(TARGET, VARIANT)
-        val indexPath = artifact.paritySample ?: error("the $VARIANT artifact has no parity sample it can take")
-        val index = ParitySampleIndex.parse(asset(indexPath).decodeToString())
-        val sampleDir = indexPath.substringBeforeLast('/')
-
-        CompiledModel.create(assets, "$ASSETS/${artifact.path}", CompiledModel.Options(accelerator)).use { model ->
-            // Buffers by the .tflite signature names the manifest lists, in the model's order.
-            val inputs = artifact.inputs.zip(index.inputs).associate { (tensor, sample) ->
-                tensor.name to model.createInputBuffer(tensor.name).also { write(it, tensor, asset("$sampleDir/${sample.file}")) }
-            }
-            val outputs = artifact.outputs.associate { it.name to model.createOutputBuffer(it.name) }
-            model.run(inputs, outputs)  // warm-up; these are the outputs we check
-            val results = artifact.outputs.zip(index.outputs).map { (tensor, sample) ->
-                val out = read(outputs.getValue(tensor.name), tensor)
-                Triple(tensor, out, Parity.compare(out, Parity.values(asset("$sampleDir/${sample.file}"), sample.dtype)))
-            }
-            val millis = (1..RUNS).map { measureNanoTime { model.run(inputs, outputs) } / 1e6 }.sorted()
-            (inputs.values + outputs.values).forEach { it.close() }
-            return buildString {
-                appendLine("${manifest.model}\n${artifact.path} (${artifact.variant}) on $accelerator\n")
-                for ((tensor, out, errors) in results) {
-                    appendLine("${tensor.name} ${tensor.shape}: ${out.take(4).joinToString { "%.5g".format(it) }}${if (out.size > 4) ", …" else ""}")
-                    appendLine("  max abs err %.3g  max rel err %.3g  cosine %.6f".format(errors.maxAbsErr, errors.maxRelErr, errors.cosine))
-                }
-                appendLine("\nmax rel err vs PyTorch: %.3g".format(results.maxOf { it.third.maxRelErr }))
-                appendLine("latency: median %.3f ms over $RUNS runs".format(millis[millis.size / 2]))
-            }
-        }
-    }
-
-    /** Feed a sample file: float32/int32 as they are; float values of a quantized int8 input quantized. */
-    private fun write(buffer: TensorBuffer, tensor: RuntimeTensor, bytes: ByteArray) {
-        val q = tensor.quantization
-        when {
-            q != null && tensor.dtype == "int8" -> buffer.writeInt8(Parity.quantize(Parity.floats(bytes), q))
-            tensor.dtype == "float32" -> buffer.writeFloat(Parity.floats(bytes))
-            tensor.dtype == "int32" -> buffer.writeInt(Parity.ints(bytes))
-            else -> error("input ${tensor.name}: dtype ${tensor.dtype} is not handled by this sample")
-        }
-    }
-
-    private fun read(buffer: TensorBuffer, tensor: RuntimeTensor): DoubleArray {
-        val q = tensor.quantization
-        return when {
-            q != null && tensor.dtype == "int8" -> Parity.dequantize(buffer.readInt8(), q)
-            tensor.dtype == "float32" -> buffer.readFloat().map { it.toDouble() }.toDoubleArray()
-            tensor.dtype == "int32" -> buffer.readInt().map { it.toDouble() }.toDoubleArray()
-            else -> error("output ${tensor.name}: dtype ${tensor.dtype} is not handled by this sample")
+        LiteRtRunner(assets, "$ASSETS/${artifact.path}", accelerator).use { runner ->
+            val result = ParityCheck.run(manifest, artifact, files, runner)  // also the warm-up run
+            val median = ParityCheck.medianMillis(RUNS) { runner.run(null, result.feeds, artifact.outputs) }
+            return ParityCheck.describe(result, accelerator.toString(), median, RUNS)
         }
     }
 

@@ -1,10 +1,15 @@
-package dev.edgeport.sample
+package dev.edgeport.sample.core
 
 import org.junit.Assert.assertEquals
 import org.junit.Assert.assertNull
+import org.junit.Assert.assertTrue
 import org.junit.Test
 
-/** JVM unit test (no device): `./gradlew test`. */
+/**
+ * JVM unit tests (no device): `./gradlew :core:test`. The contract against real edgeport output (every
+ * parity sample, report.json's numbers, generated tokens) is tests/test_android_contract.py in the edgeport
+ * repository, which compiles this module with kotlinc.
+ */
 class ManifestTest {
     private val manifest = """
         {"schema": "edgeport.manifest/1", "edgeport_version": "0.1.0", "model": "m.py:build",
@@ -27,6 +32,7 @@ class ManifestTest {
         assertEquals("litert/parity_sample/index.json", parsed.artifact("litert", "fp32").paritySample)
         assertNull(parsed.artifact("litert", "fp32").inputs[0].quantization)
         assertEquals(Quantization(0.5, -3), parsed.artifact("litert", "int8").inputs[0].quantization)
+        assertNull(parsed.generation)
     }
 
     @Test(expected = IllegalArgumentException::class)
@@ -35,10 +41,24 @@ class ManifestTest {
     }
 
     @Test
-    fun quantizesLikeTheRuntime() {
+    fun aRenamedFieldIsAnErrorNamingIt() {
+        val error = runCatching { EdgeportManifest.parse(manifest.replace("\"parity_sample\"", "\"paritySample\"")) }
+        assertTrue(error.exceptionOrNull()?.message.orEmpty().contains("parity_sample"))
+    }
+
+    @Test
+    fun quantizesLikeEdgeport() {
         val q = Quantization(0.5, -3)
-        val bytes = Parity.quantize(floatArrayOf(1.0f, 100.0f), q)
-        assertEquals(listOf(-1, 127), bytes.map { it.toInt() })
+        val bytes = Parity.quantize(floatArrayOf(1.0f, 100.0f, -1.25f), q)
+        assertEquals(listOf(-1, 127, -6), bytes.map { it.toInt() })  // -2.5 - 3 = -5.5 rounds half to even
         assertEquals(1.0, Parity.dequantize(bytes, q)[0], 1e-9)
+    }
+
+    @Test
+    fun comparesLikeTheReport() {
+        val errors = Parity.compare(doubleArrayOf(1.0, 2.5), doubleArrayOf(1.0, 2.0))
+        assertEquals(0.5, errors.maxAbsErr, 1e-12)
+        assertEquals(0.25, errors.maxRelErr!!, 1e-12)
+        assertNull(Parity.compare(doubleArrayOf(0.0), doubleArrayOf(0.0)).cosine)  // no signal: no cosine
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 
 /// manifest.json as `samples/manifest.schema.json` (edgeport.manifest/1) defines it, and the parity sample
 /// index it points to. Foundation only; only the schema's fields this app reads (Codable ignores the rest,
-/// as the schema asks of readers).
+/// as the schema asks of readers). No UIKit/SwiftUI/LiteRT here, so it builds with a plain Swift toolchain.
 struct EdgeportManifest: Codable {
     static let schemaVersion = "edgeport.manifest/1"
 
@@ -38,6 +38,19 @@ struct Artifact: Codable {
     enum CodingKeys: String, CodingKey {
         case target, variant, path, status, inputs, outputs
         case paritySample = "parity_sample"
+    }
+
+    init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        target = try c.decode(String.self, forKey: .target)
+        variant = try c.decode(String.self, forKey: .variant)
+        path = try c.decode(String.self, forKey: .path)
+        status = try c.decode(String.self, forKey: .status)
+        inputs = try c.decodeIfPresent([RuntimeTensor].self, forKey: .inputs)    // absent: the artifact did not load
+        outputs = try c.decodeIfPresent([RuntimeTensor].self, forKey: .outputs)
+        // edgeport always writes the key (null: no sample this artifact can take), so a missing key is an
+        // error naming it rather than a silent "no parity sample" (e.g. after a rename on the Python side)
+        paritySample = try c.decode(String?.self, forKey: .paritySample)
     }
 }
 

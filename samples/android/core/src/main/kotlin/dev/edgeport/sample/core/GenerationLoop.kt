@@ -1,0 +1,140 @@
+package dev.edgeport.sample.core
+
+/**
+ * The greedy text-generation loop over an edgeport text-generation artifact: the same bookkeeping as
+ * edgeport's own loop (edgeport/generative/loop.py and layout.py), with the tensors named and typed as the
+ * artifact's runtime declares them in manifest.json:
+ *
+ * - the prompt goes into the smallest `prefill_<L>` that holds it, right-padded with 0, positions 0..L-1,
+ *   every cache length 0; a prompt longer than every L fills the longest and its remaining tokens go
+ *   through `decode` one by one (their predictions discarded);
+ * - after prefill every cache-length tensor is set back to the real prompt length (the padded slots are
+ *   masked out and overwritten before they are read);
+ * - `decode` takes the last token, its slot position, a mask allowing slots 0..pos, and the cache: every
+ *   output whose `role` names an input feeds that input on the next call;
+ * - next token = argmax of the logits (prefill: the prompt's last row); stop at a stop id or `maxNewTokens`.
+ */
+class GenerationLoop(private val generation: Generation, artifact: GenerationArtifact, private val runner: ModelRunner) {
+    private val signatures: Map<String, SignatureIO> = artifact.signatures
+        ?: throw IllegalArgumentException("the ${artifact.target} ${artifact.variant} artifact lists no signatures (it did not load when converted)")
+    private val lengthInputs = generation.cache.filter { it.kind == "length" }.map { it.name }.toSet()
+
+    /** How many times each signature was called, for tokens/s and for the tests. */
+    val calls = mutableMapOf<String, Int>()
+
+    init {
+        require(generation.prefillLens.isNotEmpty()) { "manifest.json lists no prefill lengths" }
+        for (name in generation.prefillLens.map(::prefillName) + DECODE) {
+            val io = signature(name)
+            io.outputs.firstOrNull { it.role == null }?.let { throw IllegalArgumentException("signature $name: output ${it.name} has no role") }
+            require(io.outputs.any { it.role == LOGITS }) { "signature $name has no output with role $LOGITS" }
+        }
+    }
+
+    fun prefillLengthFor(promptLen: Int): Int = generation.prefillLens.firstOrNull { it >= promptLen } ?: generation.prefillLens.last()
+
+    /** `maxNewTokens` greedy tokens after `prompt`; fewer when a stop id (by default the model's eos) comes out. */
+    fun generate(prompt: List<Int>, maxNewTokens: Int, stopIds: Set<Int> = generation.eosTokenIds.toSet()): List<Int> {
+        require(prompt.isNotEmpty()) { "the prompt is empty" }
+        require(prompt.size + maxNewTokens <= generation.cacheLen) {
+            "a ${prompt.size}-token prompt plus $maxNewTokens new tokens needs ${prompt.size + maxNewTokens} cache slots; " +
+                "the artifact's cache holds ${generation.cacheLen}"
+        }
+        val length = prefillLengthFor(prompt.size)
+        val head = prompt.take(length)
+        val prefill = call(prefillName(length), prefillFeeds(length, head))
+        var logits = row(logitsOf(prefill), head.size - 1)
+        var cache = cacheOf(prefill).mapValues { (name, t) -> if (name in lengthInputs) filled(t, head.size) else t }
+        var pos = head.size
+        for (token in prompt.drop(length)) {
+            val out = call(DECODE, decodeFeeds(token, pos, cache))
+            logits = row(logitsOf(out), 0); cache = cacheOf(out); pos++
+        }
+        val tokens = mutableListOf(argmax(logits))
+        while (tokens.size < maxNewTokens && tokens.last() !in stopIds) {
+            val out = call(DECODE, decodeFeeds(tokens.last(), pos, cache))
+            tokens.add(argmax(row(logitsOf(out), 0))); cache = cacheOf(out); pos++
+        }
+        return tokens
+    }
+
+    private fun signature(name: String): SignatureIO =
+        signatures[name] ?: throw IllegalArgumentException("the artifact has no signature $name (it has ${signatures.keys})")
+
+    private fun call(name: String, feeds: Map<String, Tensor>): Map<String, Tensor> {
+        calls[name] = (calls[name] ?: 0) + 1
+        val outputs = signature(name).outputs
+        val got = runner.run(name, feeds, outputs)
+        // keyed by role from here on: the name the next call's input has
+        return outputs.associate { out -> out.role!! to (got[out.name] ?: throw IllegalStateException("$name returned no ${out.name}")) }
+    }
+
+    private fun prefillFeeds(length: Int, ids: List<Int>): Map<String, Tensor> = signature(prefillName(length)).inputs.associate { input ->
+        input.name to when {
+            input.name == INPUT_IDS -> ints(input, IntArray(length) { if (it < ids.size) ids[it] else 0 })
+            input.name == POSITION_IDS -> ints(input, IntArray(length) { it })
+            input.name in lengthInputs -> ints(input, IntArray(input.count()))
+            isMask(input.name) -> mask(input, prefillAllowed(input, length))
+            else -> throw IllegalArgumentException("prefill input ${input.name} has no known role")
+        }
+    }
+
+    /** A prefill that takes a mask: a 2-D padding mask of ones, or a causal mask over the slots (row i sees 0..i). */
+    private fun prefillAllowed(input: RuntimeTensor, length: Int): BooleanArray =
+        if (input.shape.size == 2) BooleanArray(input.count()) { true }
+        else BooleanArray(length * generation.cacheLen) { i -> i % generation.cacheLen <= i / generation.cacheLen }
+
+    private fun decodeFeeds(token: Int, pos: Int, cache: Map<String, Tensor>): Map<String, Tensor> = signature(DECODE).inputs.associate { input ->
+        input.name to when {
+            input.name == INPUT_IDS -> ints(input, intArrayOf(token))
+            input.name == POSITION_IDS -> ints(input, intArrayOf(pos))
+            isMask(input.name) -> mask(input, BooleanArray(generation.cacheLen) { it <= pos })
+            else -> cache[input.name] ?: throw IllegalArgumentException("decode input ${input.name} has no known role")
+        }
+    }
+
+    private fun cacheOf(outputs: Map<String, Tensor>): Map<String, Tensor> = outputs.filterKeys { it != LOGITS }
+
+    private fun logitsOf(outputs: Map<String, Tensor>): Tensor = outputs.getValue(LOGITS)
+
+    /** Row `index` of logits (…, rows, vocab) as floats. */
+    private fun row(logits: Tensor, index: Int): FloatArray {
+        val vocab = logits.shape.last()
+        return logits.values().let { v -> FloatArray(vocab) { v[index * vocab + it].toFloat() } }
+    }
+
+    /** A cache-length tensor of the same dtype and shape holding `value` everywhere. */
+    private fun filled(like: Tensor, value: Int): Tensor = Tensor.ofInts(like.dtype, like.shape, IntArray(like.count) { value })
+
+    private fun ints(input: RuntimeTensor, values: IntArray): Tensor = Tensor.ofInts(input.dtype, input.shape, values)
+
+    /** A "may attend" pattern in the mask's own form: bool as is, float as additive (0 or float32's lowest). */
+    private fun mask(input: RuntimeTensor, allowed: BooleanArray): Tensor {
+        require(allowed.size == input.count()) { "mask ${input.name} ${input.shape} does not hold ${allowed.size} slots" }
+        return when (input.dtype) {
+            "bool" -> Tensor.ofBooleans(input.shape, allowed)
+            "float32" -> Tensor.ofFloats(input.shape, FloatArray(allowed.size) { if (allowed[it]) 0f else -Float.MAX_VALUE })
+            else -> throw IllegalArgumentException("mask ${input.name} of dtype ${input.dtype} is not handled by this sample")
+        }
+    }
+
+    companion object {
+        const val DECODE = "decode"
+        const val LOGITS = "logits"
+        const val INPUT_IDS = "input_ids"
+        const val POSITION_IDS = "position_ids"
+
+        fun prefillName(length: Int) = "prefill_$length"
+
+        fun isMask(name: String) = name.startsWith("attention_mask")
+
+        /** The first index of the largest value (numpy's argmax). */
+        fun argmax(values: FloatArray): Int {
+            var best = 0
+            for (i in 1 until values.size) if (values[i] > values[best]) best = i
+            return best
+        }
+    }
+}
+
+private fun RuntimeTensor.count(): Int = shape.fold(1) { n, d -> n * d }
