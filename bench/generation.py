@@ -58,7 +58,8 @@ def build_model(args, where: Path):
 
 
 def convert_all(exported, out: Path) -> dict:
-    from edgeport.export.registry import GenerativeJob, all_targets
+    from edgeport.targets.base import GenerativeJob
+    from edgeport.targets.registry import all_targets
 
     artifacts = {}
     for target in all_targets():
@@ -67,7 +68,7 @@ def convert_all(exported, out: Path) -> dict:
             continue
         (out / target.name).mkdir(parents=True, exist_ok=True)
         job = GenerativeJob(exported.programs, exported.samples, exported.layout.to_json(), "fp32", out / target.name,
-                            {"artifact_only": True})
+                            artifact_only=True)
         start = time.perf_counter()
         artifacts[target.name] = (support, support.convert(job).artifact, time.perf_counter() - start)
     return artifacts

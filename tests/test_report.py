@@ -11,7 +11,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 
 from conftest import REPO, read_report, run_cli, validate_report
-from edgeport.validate.parity import compare, default_budget
+from edgeport.validate.parity import FP32, compare
 from edgeport.validate.render import render_junit, render_markdown
 from edgeport.validate.render_html import render_html
 from edgeport.validate.report import write_outputs
@@ -30,8 +30,8 @@ def mixed_report() -> dict:
     ref = [[rng.standard_normal((2, 10)).astype(np.float32)] for _ in range(3)]
     close = [[r[0] + rng.normal(0, 1e-7, r[0].shape).astype(np.float32)] for r in ref]
     far = [[r[0] + rng.normal(0, 0.3, r[0].shape).astype(np.float32)] for r in ref]
-    ok_parity = compare(ref, close, default_budget("fp32"), ["logits"])
-    bad_parity = compare(ref, far, default_budget("fp32"), ["logits"])
+    ok_parity = compare(ref, close, dict(FP32), ["logits"])
+    bad_parity = compare(ref, far, dict(FP32), ["logits"])
     latency = {"p50": 0.5, "p90": 0.7, "runs": 10, "threads": 1}
     rows = [
         _row("onnx", "fp32", "ok", artifact="onnx/model.onnx", size_bytes=4096, parity=ok_parity, latency_ms=latency),
@@ -279,7 +279,7 @@ def test_fingerprint_hashes_scalar_constants():
     """A 0-dim int buffer or constant (any BatchNorm's num_batches_tracked) crashed the weights hash."""
     import torch
 
-    from edgeport.export.program import export_program, fingerprint, signature_of
+    from edgeport.core.program import export_program, fingerprint, signature_of
 
     class Scaled(torch.nn.Module):
         def forward(self, x):

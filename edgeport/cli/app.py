@@ -122,7 +122,7 @@ def escape(text: str) -> str:
 def with_target_options(command):
     """Add every registered target's own options (``TargetOption``) to ``command``'s flags; the command
     receives them as one ``target_options`` dict keyed by option key."""
-    from edgeport.export.registry import all_options
+    from edgeport.targets.registry import all_options
 
     options = all_options()
     params = [p for p in inspect.signature(command).parameters.values() if p.name != "target_options"]

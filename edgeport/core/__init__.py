@@ -1,1 +1,2 @@
-"""One runner per artifact kind, same interface: ``load(path, threads) -> Runner``; ``Runner.run(inputs) -> outputs``."""
+"""The target-neutral core below everything else: the one torch.export (program.py) and PyTorch eager as a
+runner (eager.py)."""

@@ -161,7 +161,7 @@ class Scheduler:
 def finish_model(run: ModelRun, meta: dict) -> dict:
     import shutil
 
-    from edgeport.export.program import Signature, TensorInfo
+    from edgeport.core.program import Signature, TensorInfo
     from edgeport.pipeline.outdir import publish
     from edgeport.pipeline.run import Prepared, finish, write_failed
     from edgeport.pipeline.task import INPUTS_FILE, collect, open_cache

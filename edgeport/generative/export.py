@@ -146,7 +146,7 @@ def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) 
     """Export, flatten, save ``DIR/exported/`` (programs + layout.json) and the tokenizer files; ``loaded``
     is :func:`load_causal_lm`'s result when the caller loaded the model already."""
     from edgeport.errors import ExportFailed
-    from edgeport.export.program import describe_export_error, save_program
+    from edgeport.core.program import describe_export_error, save_program
     from edgeport.generative.flat import flatten
 
     model, notes = loaded or load_causal_lm(source)

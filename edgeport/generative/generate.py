@@ -67,7 +67,7 @@ def pick_row(directory: Path, target: str, variant: str | None) -> dict:
 
 
 def load_runner(directory: Path, row: dict, threads: int):
-    from edgeport.export.registry import get_target, target_names
+    from edgeport.targets.registry import get_target, target_names
     from edgeport.validate.report import artifact_in
 
     if row["target"] not in target_names() or get_target(row["target"]).generation() is None:

@@ -1,7 +1,7 @@
 """The greedy loop every target is judged with and ``edgeport generate`` runs: prefill once, then decode
 one token at a time, the cache passed back in as explicit state.
 
-It speaks only to a :class:`~edgeport.runtimes.signature.SignatureRunner` and the layout, so it is the same
+It speaks only to a :class:`~edgeport.targets.signature.SignatureRunner` and the layout, so it is the same
 loop for a .tflite, two ONNX graphs, a jax.export program or the exported torch programs:
 
 - a prompt goes into the smallest prefill length that holds it, right-padded; the cache's write slots are

@@ -41,8 +41,8 @@ def read_prompts(path_text: str, layout: Layout, tokenizer_dir: Path | None) -> 
     if path_text.endswith(".txt"):
         prompts, kind, available = _text_prompts(Path(path_text), tokenizer_dir), "text", None
     else:
-        from edgeport.export.program import TensorInfo
-        from edgeport.export.program import Signature
+        from edgeport.core.program import TensorInfo
+        from edgeport.core.program import Signature
         from edgeport.validate.data import read_data
 
         signature = Signature((TensorInfo("input_ids", (-1,), "int64"),), ())

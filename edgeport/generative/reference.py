@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from edgeport.generative.loop import Generation
-from edgeport.runtimes.signature import SignatureRunner, tensor
+from edgeport.targets.signature import SignatureRunner, tensor
 
 
 def generate_reference(model, prompts: list[list[int]], new_tokens: int, cache_len: int) -> list[Generation]:

@@ -4,7 +4,7 @@ threads) and the KV cache it holds. Built from report.json alone, for any target
 
 from __future__ import annotations
 
-from edgeport.export.registry import ReportSection
+from edgeport.targets.base import ReportSection
 
 TITLE = "Text generation (greedy tokens vs the reference; latency vs PyTorch eager with a static cache)"
 HEADERS = ("target", "variant", "tokens matched", "agreement", "first divergence", "logits cos min",

@@ -49,7 +49,7 @@ class GenSession:
 
 
 def run_generation_row(target, variant: str, session: GenSession, staging: Path, budget: dict, required: bool) -> dict:
-    from edgeport.export.registry import GenerativeJob
+    from edgeport.targets.base import GenerativeJob
     from edgeport.generative.judge import generation_budget
     from edgeport.pipeline.row import conversion_error
 

@@ -97,7 +97,7 @@ def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | Non
              baseline=None) -> dict:
     """report.json for generative rows: the forward report's fields (so every rendering, baseline and JUnit
     reads it) plus its ``generation`` block."""
-    from edgeport.export.registry import get_target, target_names
+    from edgeport.targets.registry import get_target, target_names
     from edgeport.validate.environment import environment
     from edgeport.validate.report import build_report, finish_report
 

@@ -144,7 +144,7 @@ def rejudge_all(old: dict, directory: Path, layout: Layout, judge, settings, tru
 
 def rejudge(data: dict, session, directory: Path, config: dict, flags) -> dict:
     from edgeport.config import budget_for
-    from edgeport.export.registry import get_target, target_names
+    from edgeport.targets.registry import get_target, target_names
     from edgeport.generative.judge import generation_budget
     from edgeport.generative.rows import judge_generative, tree_digest
     from edgeport.pipeline.row import Row

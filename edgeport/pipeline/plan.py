@@ -62,7 +62,7 @@ def plan(opts: ConvertOptions) -> Plan:
 
 
 def requested_targets(names) -> list:
-    from edgeport.export.registry import get_target, target_names
+    from edgeport.targets.registry import get_target, target_names
 
     if not names:
         raise UsageError(f"no --target given; known targets: {', '.join(target_names())}")
@@ -95,7 +95,7 @@ def check_fallback(opts: ConvertOptions, rows: list, generative: bool = False) -
 
 
 def check_dynamic(dynamic) -> None:
-    from edgeport.export.program import DYNAMIC_DIMS
+    from edgeport.core.program import DYNAMIC_DIMS
 
     unknown = [d for d in dynamic if d not in DYNAMIC_DIMS]
     if unknown:
@@ -154,6 +154,6 @@ def read_baseline(path: Path | None, config: dict) -> Baseline | None:
 def load_user_decompositions(path_text: str | None) -> dict:
     if not path_text:
         return {}
-    from edgeport.export.rewrites import load_decompositions
+    from edgeport.targets.rewrites import load_decompositions
 
     return load_decompositions(path_text)

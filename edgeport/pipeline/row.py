@@ -79,7 +79,6 @@ class Row:
 
 def run_row(target, variant: str, session: Session, staging: Path, budget: dict, required: bool = True) -> Row:
     """Convert, load, check and time one (target, variant)."""
-    from edgeport.export.registry import ConvertJob
     from edgeport.pipeline.reuse import convert_or_reuse, keep_verdict, reused_verdict
 
     row = Row(target.name, variant, required=required)
@@ -92,12 +91,9 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
     log = out_dir / f"convert_{variant}.log"
     start = time.perf_counter()
     prepared = session.rewrites.for_target(target)
-    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
-                     session.job_options(), notes=list(prepared.notes), cache=session.cache,
-                     module=None if prepared.applied else session.module,  # the module lacks the program's rewrites
-                     load_module=None if prepared.applied else session.load_module)
-    row.rewrites = [*session.module_rewrites, *prepared.applied]
     budget = budget_after_rewrites(budget, prepared)
+    job = session.convert_job(target, variant, out_dir, budget)
+    row.rewrites = [*session.module_rewrites, *prepared.applied]
     try:
         with redirected(log):  # row.details["cache"]: hit, miss or off
             converted, key = convert_or_reuse(target, job, session, prepared, row.details)
@@ -119,7 +115,7 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
                 keep_verdict(row, key, session, budget)
     row.check_seconds = round(time.perf_counter() - start, 3)
     if row.io:
-        row.parity_sample = parity_sample_for(out_dir, row, session, staging)
+        row.parity_sample = parity_sample_for(target, out_dir, row, session, staging)
     return row
 
 
@@ -207,14 +203,15 @@ def localize(row: Row, target, job, session: Session, budget: dict) -> None:
         row.error = f"{row.error}; first diverging layer: {at}"
 
 
-def parity_sample_for(target_dir: Path, row: Row, session: Session, staging: Path) -> str | None:
+def parity_sample_for(target, target_dir: Path, row: Row, session: Session, staging: Path) -> str | None:
     """The target's parity sample (written by its first artifact that ran), if this artifact can take it."""
     from edgeport.validate.sample import DIRNAME, fits, write_parity_sample
 
     index = target_dir / DIRNAME / "index.json"
     try:
         if not index.exists():
-            write_parity_sample(target_dir, row.io, row.variant, session.samples[0], session.reference[0])
+            write_parity_sample(target_dir, row.io, row.variant, session.samples[0], session.reference[0],
+                                target.runners[0].sample_layout)
         return str(index.relative_to(staging)) if fits(index, row.io) else None
     except Exception as exc:  # a runtime whose io() numpy cannot read: the artifact is still good
         row.note(f"parity sample not written: {first_line(exc)}")
@@ -237,10 +234,10 @@ def budget_after_rewrites(budget: dict, prepared) -> dict:
     precise than the reference, and the difference is the model's rounding, not the converter's."""
     if not prepared.reference_precision:
         return budget
-    from edgeport.validate.parity import default_budget
+    from edgeport.validate.parity import REFERENCE_PRECISION
 
     merged = dict(budget)
-    for key, value in default_budget(prepared.reference_precision).items():
+    for key, value in REFERENCE_PRECISION[prepared.reference_precision].items():
         current = merged.get(key)
         merged[key] = value if current is None else (max(current, value) if "err" in key else min(current, value))
     return merged
@@ -249,7 +246,7 @@ def budget_after_rewrites(budget: dict, prepared) -> dict:
 def conversion_error(exc: BaseException, program) -> str:
     """The converter's summary and the user's line, plus what edgeport knows about ops no pass could fix."""
     from edgeport.diagnostics import summary, user_frame, with_location
-    from edgeport.export.rewrites import describe_custom_ops
+    from edgeport.targets.rewrites import describe_custom_ops
 
     hints = describe_custom_ops(program)
     text = with_location(f"conversion failed: {summary(exc)}", user_frame(exc))

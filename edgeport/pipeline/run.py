@@ -89,8 +89,8 @@ def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progre
 def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, timings: dict,
             workers: bool = False) -> Prepared:
     """Load, the one torch.export (saved as ``exported.pt2``), samples and PyTorch's reference."""
-    from edgeport.export.program import fingerprint, save_program, signature_of
-    from edgeport.export.rewrites import apply_module_rewrites
+    from edgeport.core.program import fingerprint, save_program, signature_of
+    from edgeport.targets.rewrites import apply_module_rewrites
     from edgeport.sources import load_model
 
     progress("loading model")
@@ -195,7 +195,7 @@ def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts
 def export(loaded, dynamic):
     """The one torch.export; with ``--dynamic batch`` dim 0 stays symbolic (targets that cannot keep it
     convert at the example shapes; the report says which dims stayed dynamic on which target)."""
-    from edgeport.export.program import batch_dynamic, export_program
+    from edgeport.core.program import batch_dynamic, export_program
 
     if "batch" not in dynamic:
         return export_program(loaded.module, loaded.example_inputs)
@@ -216,7 +216,7 @@ def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | Non
 
 
 def target_requires(name: str) -> tuple[str, ...]:
-    from edgeport.export.registry import get_target, target_names
+    from edgeport.targets.registry import get_target, target_names
 
     return get_target(name).requires if name in target_names() else ()
 

@@ -46,8 +46,8 @@ def sensitivity_tables(source, targets: list[str], variants: list[str], judge, c
 
 
 def _session(source, judge, calibration_data, progress):
-    from edgeport.export.program import export_program, signature_of
-    from edgeport.export.rewrites import apply_module_rewrites
+    from edgeport.core.program import export_program, signature_of
+    from edgeport.targets.rewrites import apply_module_rewrites
     from edgeport.pipeline.session import Session
     from edgeport.sources import load_model
     from edgeport.validate.data import load_data
@@ -62,15 +62,12 @@ def _session(source, judge, calibration_data, progress):
 
 
 def _table(target, variant: str, session, budget: dict) -> SensitivityTable:
-    from edgeport.export.registry import ConvertJob
     from edgeport.quantize.search import SENSITIVITY_SAMPLES, sensitivity
     from edgeport.validate.parity import compare
 
-    prepared = session.rewrites.for_target(target)
     names = [o.name for o in session.signature.outputs]
     with tempfile.TemporaryDirectory(prefix="edgeport-sensitivity-") as tmp:
-        job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, Path(tmp),
-                         session.job_options())
+        job = session.convert_job(target, variant, Path(tmp), budget)
         quantizer = target.float_fallback.prepare(job)
         try:
             full = compare(session.reference, quantizer.run(session.samples), budget, names)

@@ -47,7 +47,7 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
 def revalidate(old: dict, directory: Path, judge: JudgeOptions, config: dict, flags, baseline, trust_pickle: bool,
                progress: Progress) -> dict:
     from edgeport.config import is_required
-    from edgeport.export.program import fingerprint, signature_of
+    from edgeport.core.program import fingerprint, signature_of
     from edgeport.pipeline.plan import Plan
     from edgeport.pipeline.run import assemble
     from edgeport.pipeline.session import Session
@@ -79,7 +79,7 @@ def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
 
 def rejudge(data: dict, context: Context) -> dict:
     from edgeport.config import budget_for
-    from edgeport.export.registry import get_target, target_names
+    from edgeport.targets.registry import get_target, target_names
     from edgeport.pipeline.row import Row, judge_artifact, sha256_of
 
     # what the last judging said about itself goes: a cached verdict (--reuse-verdict) is measured again here

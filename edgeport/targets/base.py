@@ -1,10 +1,9 @@
-"""Target registry: name -> Target, and the capability table that code and diagnostics both read.
+"""What a target is (:class:`Target`) and the typed jobs the pipeline hands it (:class:`ConvertJob`,
+:class:`GenerativeJob`): the contract between the pipeline and ``edgeport/targets/<name>/``.
 
-Adding a target is one module in ``export/``, one in ``runtimes/`` and one line in ``TARGET_MODULES``;
-nothing else branches on target names. A target declares everything that is its own: variants, runners,
-rewrite passes, the ops its converter refuses, its command-line options and the report sections only it
-has. Target modules are light to import (heavy libraries load inside the functions that need them), so
-listing targets, building the CLI's flags and rendering a report cost nothing.
+A target declares everything that is its own: variants and their parity budgets, runners, rewrite passes,
+the ops its converter refuses, its command-line options and the report sections only it has; nothing
+outside ``edgeport/targets/`` branches on target names (:mod:`edgeport.targets.registry` lists them).
 """
 
 from __future__ import annotations
@@ -15,15 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from edgeport.runtimes.base import BaseRunner
-
-# The registry: target name -> module defining ``TARGET``. Order is report order.
-DEFAULT_TARGET = "litert"              # what `edgeport convert` builds when no --target is given
-TARGET_MODULES = {
-    "litert": "edgeport.export.litert",
-    "onnx": "edgeport.export.onnx",
-    "tpu": "edgeport.export.tpu",
-}
+from edgeport.targets.runner import BaseRunner
 
 
 @dataclass
@@ -32,11 +23,17 @@ class ConvertJob:
 
     program: Any                      # torch.export.ExportedProgram
     example_inputs: tuple             # torch tensors, flattened in signature order
-    signature: Any                    # edgeport.export.program.Signature
+    signature: Any                    # edgeport.core.program.Signature
     variant: str
     out_dir: Path                     # DIR/<target>/ inside the temporary output directory
-    options: dict = field(default_factory=dict)       # the target's own options, calibration samples, ...;
-    # "artifact_only": True asks for just a runnable artifact (targets may skip extra work such as AOT compiles)
+    options: dict = field(default_factory=dict)       # the target's own options (TargetOption keys) only
+    calibration: list | None = None   # numpy input lists a calibrated variant quantizes with (None: the example)
+    calibration_is_real: bool = False  # from --calibration-data (else the parity samples stand in)
+    samples: list | None = None       # the parity samples (numpy input lists), for a target that judges on a device
+    budget: dict = field(default_factory=dict)       # the row's configured parity budget, for the same
+    dynamic: tuple[str, ...] = ()     # --dynamic: inputs whose batch dim stays symbolic
+    float_layers: tuple[str, ...] = ()   # layer ids a quantized variant keeps float (FallbackSupport)
+    artifact_only: bool = False       # just a runnable artifact (targets may skip extra work such as AOT compiles)
     notes: list[str] = field(default_factory=list)    # warnings that belong in the report
     # the eager module the program was exported from (positional inputs in signature order, flat outputs),
     # for a target whose converter cannot take the program and captures the module itself; None when there
@@ -45,6 +42,10 @@ class ConvertJob:
     cache: Any = None                 # edgeport.cache.Cache for pieces a target caches itself (TPU compiles)
     # where this process does not hold the module (a worker), how to load it again (edgeport.pipeline.eager)
     load_module: Callable[[], Any] | None = None
+
+    def calibration_samples(self) -> list:
+        """What a calibrated variant quantizes with: ``calibration``, else the example inputs."""
+        return self.calibration or [[x.numpy() for x in self.example_inputs]]
 
     def eager_module(self):
         """``module``, loaded on first use where this process does not hold it; None when there is none or
@@ -82,6 +83,7 @@ class GenerativeJob:
     out_dir: Path                     # DIR/<target>/ inside the temporary output directory
     options: dict = field(default_factory=dict)       # the target's own options (e.g. TPU topologies)
     notes: list[str] = field(default_factory=list)
+    artifact_only: bool = False       # just a runnable artifact (targets may skip extra work such as AOT compiles)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class GenerativeSupport:
     """What a target offers for generative models (prefill/decode with an explicit KV cache).
 
     ``convert`` writes one artifact (a file or a directory) holding every signature; ``load`` returns a
-    :class:`~edgeport.runtimes.signature.SignatureRunner` over it. Declared in a module of the target's own
+    :class:`~edgeport.targets.signature.SignatureRunner` over it. Declared in a module of the target's own
     (``Target.generative`` names it), so listing targets never imports it."""
 
     variants: tuple[str, ...]         # the first is always built; others on --quantize
@@ -147,7 +149,7 @@ def no_sections(row: dict) -> list[ReportSection]:
 @dataclass(frozen=True)
 class FallbackSupport:
     """The target's quantizer can keep chosen layers in float: its ``convert`` honours
-    ``job.options["float_layers"]`` (layer ids, :mod:`edgeport.quantize.layers`) for these variants, and
+    ``job.float_layers`` (layer ids, :mod:`edgeport.quantize.layers`) for these variants, and
     ``prepare(job)`` calibrates once and returns a :class:`edgeport.quantize.layers.LayerQuantizer` that the
     search (:mod:`edgeport.quantize`) asks for candidates. ``layers(program, variant)`` lists what can stay
     float (cheap: no conversion)."""
@@ -167,7 +169,7 @@ class Target:
     convert: Callable[[ConvertJob], Converted]
     runners: tuple[type[BaseRunner], ...]   # ways to run the artifact; the first is the one fixed --threads uses
     dynamic_dims: bool = False
-    rewrites: tuple[str, ...] = ()     # passes from edgeport.export.rewrites, applied when their ops are present
+    rewrites: tuple[str, ...] = ()     # passes from edgeport.targets.rewrites, applied when their ops are present
     # ops the raw converter/runtime is known to refuse: (op, the error it gives), read by `edgeport check`;
     # custom ops and bf16/fp16 weights are checked for every target
     refuses: tuple[tuple[str, str], ...] = ()
@@ -188,11 +190,26 @@ class Target:
     # how long a conversion usually takes relative to others (scheduling only: longest tasks start first)
     relative_cost: float = 1.0
     merge_pieces: Callable[[Path, str, dict, list[dict]], dict] | None = None
+    # variant -> its default parity budget (constants in edgeport.validate.parity), for every variant the
+    # target offers, forward and generative; config and flags tighten or loosen it per row
+    budgets: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self):
-        from edgeport.export.rewrites import check_known
+        from edgeport.targets.rewrites import check_known
 
         check_known(self.rewrites, f"target {self.name!r}")
+        missing = [v for v in self.variants if v not in self.budgets]
+        if missing:
+            raise ValueError(f"target {self.name!r} declares no parity budget for variant(s) {', '.join(missing)}")
+
+    def budget(self, variant: str) -> dict:
+        """The default parity budget of ``variant`` (a copy); an unknown variant is an error, never fp32's."""
+        if variant not in self.budgets:
+            from edgeport.errors import UsageError
+
+            raise UsageError(f"target {self.name!r} has no variant {variant!r} (no parity budget); "
+                             f"its variants: {', '.join(self.every_variant)}")
+        return dict(self.budgets[variant])
 
     @property
     def default_variant(self) -> str:
@@ -245,29 +262,3 @@ def thread_counts(max_threads: int) -> list[int]:
     machine, a sweep that stays short on a 64-core one."""
     top = max(1, max_threads)
     return sorted({*range(1, min(4, top) + 1), *(2 ** k for k in range(2, top.bit_length())), top})
-
-
-def get_target(name: str) -> Target:
-    return importlib.import_module(TARGET_MODULES[name]).TARGET
-
-
-def target_names() -> list[str]:
-    return list(TARGET_MODULES)
-
-
-def all_targets() -> list[Target]:
-    return [get_target(name) for name in TARGET_MODULES]
-
-
-def all_options() -> list[TargetOption]:
-    """Every target's own options, once each (the CLI turns them into flags)."""
-    seen: dict[str, TargetOption] = {}
-    for target in all_targets():
-        for option in target.options:
-            seen.setdefault(option.key, option)
-    return list(seen.values())
-
-
-def all_variants() -> set[str]:
-    """Every variant some target offers (what a budget's VARIANT scope may name)."""
-    return {v for target in all_targets() for v in target.every_variant}

@@ -28,6 +28,12 @@ class BaseRunner:
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
 
+    @staticmethod
+    def sample_layout(array: np.ndarray, shape: tuple) -> np.ndarray:
+        """A tensor of the parity sample (as the model takes it) in the runtime's layout for ``shape``, e.g.
+        channel-last; the default is the model's own layout."""
+        return array
+
     def io(self) -> dict:
         """``{"inputs": [...], "outputs": [...]}`` as the runtime sees them (name, shape, dtype,
         quantization): the per-target part of manifest.json that apps read."""

@@ -39,7 +39,8 @@ def summary_rows(report: dict) -> list[list[str]]:
 def target_sections(report: dict) -> list:
     """Every row's target-specific tables, same-titled ones merged (one TPU compile table for all variants),
     after the generation table of a text-generation run."""
-    from edgeport.export.registry import ReportSection, get_target, target_names
+    from edgeport.targets.base import ReportSection
+    from edgeport.targets.registry import get_target, target_names
     from edgeport.generative.report import generation_sections
 
     merged: dict[str, ReportSection] = {s.title: s for s in generation_sections(report)}

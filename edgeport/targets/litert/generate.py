@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeport.export.registry import Converted, GenerativeJob, GenerativeSupport
-from edgeport.runtimes.litert_signatures import LiteRTSignatureRunner
+from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.litert.signatures import LiteRTSignatureRunner
 
 LITERT_RECIPES = {"fp16": "full_fp16_recipe", "dynamic-int8": "full_dynamic_recipe", "weight-int8": "full_weight_only_recipe"}
 BLOCKWISE = {"int4-block32": "dynamic_wi4b32_afp32"}
@@ -39,7 +39,7 @@ def artifact_path(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
-    from edgeport.export.litert import op_counts
+    from edgeport.targets.litert.target import op_counts
 
     fp32 = artifact_path(job.out_dir, "fp32")
     if job.variant == "fp32" or not fp32.is_file():
@@ -66,7 +66,7 @@ def one_kv_head_caveat(layout: dict) -> str | None:
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> None:
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
-    from edgeport.runtimes.jax_xla import prefer_cpu_backend
+    from edgeport.targets._jax import prefer_cpu_backend
 
     prefer_cpu_backend()  # litert-torch's lowering initializes jax: keep it off libtpu (noise, a lock)
     import litert_torch

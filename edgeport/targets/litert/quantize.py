@@ -72,15 +72,15 @@ def channel_last(x):
 
 
 def torch_args(sample, job) -> list:
-    from edgeport.runtimes.torch_eager import to_torch
+    from edgeport.core.eager import to_torch
 
     args = [to_torch(a, i.dtype) for a, i in zip(sample, job.signature.inputs)]
     return [channel_last(x) for x in args] if job.options.get("nhwc") else args
 
 
 def float_filter(job) -> Callable | None:
-    """PT2E node predicate keeping ``job.options["float_layers"]`` (and the ops fused into them) float."""
-    wanted = set(job.options.get("float_layers") or [])
+    """PT2E node predicate keeping ``job.float_layers`` (and the ops fused into them) float."""
+    wanted = set(job.float_layers or [])
     if not wanted:
         return None
     owner = owners(job.program, sorted(wanted))
@@ -110,7 +110,7 @@ def pt2e_int8(module, job, keep: Callable | None = None):
 
     quantizer = pt2e_quantizer(keep)
     prepared = quantize_pt2e.prepare_pt2e(module, quantizer)
-    samples = job.options.get("calibration") or [[x.numpy() for x in job.example_inputs]]
+    samples = job.calibration_samples()
     with torch.no_grad():
         for sample in samples:
             prepared(*torch_args(sample, job))
@@ -236,7 +236,7 @@ class AeqQuantizer:
         return bytes(q.quantize(self.qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
     def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
-        from edgeport.runtimes.litert import LiteRTRunner
+        from edgeport.targets.litert.runtime import LiteRTRunner
 
         path = self.tmp / "candidate.tflite"
         path.write_bytes(self.quantize(float_layers, only))
@@ -257,14 +257,14 @@ def calibrate(content: bytes, tmp: Path, job, recipe: list) -> dict:
     import numpy as np
     from ai_edge_quantizer import calibrator, recipe_manager
 
-    from edgeport.runtimes.litert import LiteRTRunner
+    from edgeport.targets.litert.runtime import LiteRTRunner
 
     def minmax(old, new):
         return new if not old else {**new, "min": np.minimum(old["min"], new["min"]), "max": np.maximum(old["max"], new["max"])}
 
     (tmp / "fp32.tflite").write_bytes(content)
     runner = LiteRTRunner(tmp / "fp32.tflite", 1)
-    samples = job.options.get("calibration") or [[x.numpy() for x in job.example_inputs]]
+    samples = job.calibration_samples()
     manager = recipe_manager.RecipeManager()
     manager.load_quantization_recipe(recipe)
     c = calibrator.Calibrator(content, num_threads=1, qsv_update_func=minmax)
@@ -273,13 +273,13 @@ def calibrate(content: bytes, tmp: Path, job, recipe: list) -> dict:
 
 
 def dynamic_with_float_layers(job) -> bytes:
-    """The dynamic-int8 flatbuffer with ``job.options["float_layers"]`` kept float."""
+    """The dynamic-int8 flatbuffer with ``job.float_layers`` kept float."""
     quantizer = AeqQuantizer(job)
     try:
-        missing = [layer for layer in job.options["float_layers"] if layer not in quantizer.ops]
+        missing = [layer for layer in job.float_layers if layer not in quantizer.ops]
         if missing:
             job.notes.append(f"float layers without a weighted LiteRT op (left as they are): {', '.join(missing)}")
-        return untag(quantizer.quantize(job.options["float_layers"]))
+        return untag(quantizer.quantize(job.float_layers))
     finally:
         quantizer.close()
 

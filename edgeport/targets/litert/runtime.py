@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from edgeport.diagnostics import first_line
-from edgeport.runtimes.base import BaseRunner
+from edgeport.targets.runner import BaseRunner
 
 
 def _order_key(name: str):
@@ -28,6 +28,10 @@ def _order_key(name: str):
 
 class LiteRTRunner(BaseRunner):
     name = "interpreter"
+
+    @staticmethod
+    def sample_layout(array: np.ndarray, shape: tuple) -> np.ndarray:
+        return channel_last(array, shape)
 
     def __init__(self, path: Path, threads: int):
         from ai_edge_litert.interpreter import Interpreter
@@ -143,10 +147,15 @@ def _quant(detail) -> tuple[float, int] | None:
     return (float(scale), int(zero)) if scale else None
 
 
+def channel_last(array: np.ndarray, shape: tuple) -> np.ndarray:
+    """NCHW -> NHWC when that is the artifact's layout (``--nhwc``); otherwise the array as the model takes it."""
+    if array.ndim == 4 and tuple(array.shape) != tuple(shape) and np.transpose(array, (0, 2, 3, 1)).shape == tuple(shape):
+        return np.transpose(array, (0, 2, 3, 1))
+    return array
+
+
 def _to_runtime(array: np.ndarray, detail) -> np.ndarray:
-    shape = tuple(detail["shape"])
-    if array.ndim == 4 and tuple(array.shape) != shape and tuple(np.transpose(array, (0, 2, 3, 1)).shape) == shape:
-        array = np.transpose(array, (0, 2, 3, 1))
+    array = channel_last(array, tuple(detail["shape"]))
     dtype = np.dtype(detail["dtype"])
     quant = _quant(detail)
     if quant and np.issubdtype(dtype, np.integer) and np.issubdtype(array.dtype, np.floating):

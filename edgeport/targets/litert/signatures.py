@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.runtimes.signature import SignatureRunner, cast_to, tensor
+from edgeport.targets.signature import SignatureRunner, cast_to, tensor
 
 
 class LiteRTSignatureRunner(SignatureRunner):

@@ -3,7 +3,7 @@
 litert-torch does not take an ExportedProgram, but takes ``program.module()`` (it re-exports that graph),
 so it still converts the one program every target shares. Quantized variants use litert-torch's own
 recipes (fp16, dynamic-int8, weight-int8) and PT2E static int8 calibrated on the caller's samples; int8 and
-dynamic-int8 can keep chosen layers float (``float_layers``, :mod:`edgeport.export.litert_quant`).
+dynamic-int8 can keep chosen layers float (``float_layers``, :mod:`edgeport.targets.litert.quantize`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.export import litert_quant
-from edgeport.export.registry import ConvertJob, Converted, FallbackSupport, Target, TargetOption
-from edgeport.runtimes.litert import CompiledModelRunner, LiteRTRunner
+from edgeport.targets.litert import quantize as litert_quant
+from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
+from edgeport.targets.litert.runtime import CompiledModelRunner, LiteRTRunner
+from edgeport.validate import parity
 
 RECIPES = {
     "fp16": "full_fp16_recipe",
@@ -29,7 +30,7 @@ def convert(job: ConvertJob) -> Converted:
 
     path = job.out_dir / f"model_{job.variant}.tflite"
     details = {"nhwc": bool(job.options.get("nhwc"))}
-    if job.variant == "dynamic-int8" and job.options.get("float_layers"):
+    if job.variant == "dynamic-int8" and job.float_layers:
         path.write_bytes(litert_quant.dynamic_with_float_layers(job))
         return Converted(path, {"ops": op_counts(path), **details})
     module, args = litert_quant.program_module(job)
@@ -39,7 +40,7 @@ def convert(job: ConvertJob) -> Converted:
 
         quant_config = getattr(quant_recipes, RECIPES[job.variant])()
     elif job.variant == "int8":
-        if not job.options.get("calibration_is_real"):
+        if not job.calibration_is_real:
             job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
         module, quant_config = litert_quant.pt2e_int8(module, job, litert_quant.float_filter(job))
     edge = litert_torch.convert(module, args, quant_config=quant_config)
@@ -69,11 +70,13 @@ TARGET = Target(
     name="litert",
     description="LiteRT .tflite for Android, iOS and the web (litert-torch, ai-edge-litert)",
     variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int8"),
+    budgets={"fp32": parity.FP32, "fp16": parity.FP16, "dynamic-int8": parity.DYNAMIC_INT8,
+             "weight-int8": parity.WEIGHT_INT8, "int8": parity.STATIC_INT8, "int4-block32": parity.INT4_BLOCK},
     requires=("litert_torch", "ai_edge_litert"),
     extra="litert",
     convert=convert,
     runners=(LiteRTRunner, CompiledModelRunner),
-    generative="edgeport.export.litert_gen",
+    generative="edgeport.targets.litert.generate",
     float_fallback=FallbackSupport(litert_quant.SCHEMES, litert_quant.layers, litert_quant.prepare),
     calibrated_variants=("int8",),
     relative_cost=2.0,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from edgeport.errors import UsageError
 
-WEB_ROOT = Path(__file__).resolve().parents[1] / "samples" / "web"
+WEB_ROOT = Path(__file__).resolve().parents[3] / "samples" / "web"
 OUT_PREFIX = "/out/"
 
 

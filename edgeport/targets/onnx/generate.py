@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from edgeport.export.registry import Converted, GenerativeJob, GenerativeSupport
-from edgeport.runtimes.onnx_signatures import OnnxSignatureRunner, output_name
+from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.onnx.signatures import OnnxSignatureRunner, output_name
 
 
 def artifact_dir(out_dir: Path, variant: str) -> Path:
@@ -26,7 +26,7 @@ def artifact_dir(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
-    from edgeport.export.onnx import describe, int8_kernels
+    from edgeport.targets.onnx.target import describe, int8_kernels
 
     fp32 = artifact_dir(job.out_dir, "fp32")
     if job.variant == "fp32" or not all((fp32 / f"{n}.onnx").is_file() for n in job.programs):
@@ -60,7 +60,7 @@ def _output_names(program) -> list[str]:
 
 
 def _dynamic_int8(src: Path, dst: Path, job: GenerativeJob) -> None:
-    from edgeport.export.onnx import _dynamic_int8 as quantize
+    from edgeport.targets.onnx.target import _dynamic_int8 as quantize
 
     quantize(src, dst, job)  # reads only job.options (the --onnx-int8 kernels)
 

@@ -81,8 +81,8 @@ def quantizer_names(nodes: list[str], variant: str, fp32: Path) -> list[str]:
 
 
 def exclusions(fp32: Path, job) -> dict:
-    """``quantize_*`` keyword arguments keeping ``job.options["float_layers"]`` float ({} when none)."""
-    wanted = list(job.options.get("float_layers") or [])
+    """``quantize_*`` keyword arguments keeping ``job.float_layers`` float ({} when none)."""
+    wanted = list(job.float_layers or [])
     if not wanted:
         return {}
     mapped = layer_nodes(fp32, job.program, wanted)
@@ -113,7 +113,7 @@ class OnnxLayerQuantizer:
         self.cache = {"calibration_cache_path": str(self.tmp / "calibration.json")} if job.variant == "int8" else {}
 
     def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
-        from edgeport.runtimes.onnxruntime import load
+        from edgeport.targets.onnx.runtime import load
 
         if only is not None:
             chosen = {"nodes_to_quantize": quantizer_names(self.nodes[only], self.job.variant, self.fp32)}

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from edgeport.runtimes.base import BaseRunner
+from edgeport.targets.runner import BaseRunner
 
 _ORT_DTYPES = {
     "tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.runtimes.onnxruntime import _ORT_DTYPES
-from edgeport.runtimes.signature import SignatureRunner, cast_to, tensor
+from edgeport.targets.onnx.runtime import _ORT_DTYPES
+from edgeport.targets.signature import SignatureRunner, cast_to, tensor
 
 PRESENT = "present_"
 
@@ -29,7 +29,7 @@ class OnnxSignatureRunner(SignatureRunner):
     def __init__(self, path: Path, threads: int):
         import onnxruntime as ort
 
-        from edgeport.runtimes.onnxruntime import session_options
+        from edgeport.targets.onnx.runtime import session_options
 
         super().__init__(path, threads)
         options = session_options(threads)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from edgeport.diagnostics import histogram, summary
 from edgeport.errors import UsageError
-from edgeport.export import onnx_quant
-from edgeport.export.onnx_quant import exclusions
-from edgeport.export.registry import ConvertJob, Converted, FallbackSupport, Target, TargetOption
-from edgeport.runtimes.onnxruntime import OnnxRunner
+from edgeport.targets.onnx import quantize as onnx_quant
+from edgeport.targets.onnx.quantize import exclusions
+from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
+from edgeport.targets.onnx.runtime import OnnxRunner
+from edgeport.validate import parity
 
 FP32_NAME = "model.onnx"
 OWN_CAPTURE = "own_capture"         # the row's rewrites entry when torch.onnx captured the module itself
@@ -67,8 +68,8 @@ def convert(job: ConvertJob) -> Converted:
 def export_fp32(job: ConvertJob, path: Path) -> None:
     """Under the program's own capture mode: torch.onnx re-runs the decomposed graph (its type-promotion
     pass) with the program's parameters, and with grad enabled it would pick other kernels than the ones
-    the graph was recorded with (see :func:`edgeport.export.program.capture_mode`)."""
-    from edgeport.export.program import capture_mode
+    the graph was recorded with (see :func:`edgeport.core.program.capture_mode`)."""
+    from edgeport.core.program import capture_mode
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
     with capture_mode():
@@ -102,7 +103,7 @@ def _own_capture(job: ConvertJob, shared_error: Exception):
         job.notes.append(f"torch.onnx's own capture of the module failed too: {summary(exc)}")
         raise shared_error
     onnx_program.model.metadata_props[CAPTURE_KEY] = "module"
-    static = ", at the example shapes" if job.options.get("dynamic") else ""
+    static = ", at the example shapes" if job.dynamic else ""
     job.notes.append(f"the shared program did not convert ({summary(shared_error)}); converted torch.onnx's "
                      f"own capture of the module instead{static}")
     return onnx_program
@@ -139,10 +140,10 @@ def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
     search calibrates once and re-quantizes many times)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-    from edgeport.runtimes.onnxruntime import feed_dict, load
+    from edgeport.targets.onnx.runtime import feed_dict, load
 
-    samples = job.options.get("calibration") or [[x.numpy() for x in job.example_inputs]]
-    if not job.options.get("calibration_is_real"):
+    samples = job.calibration_samples()
+    if not job.calibration_is_real:
         job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
     session = load(src, 1).session
 
@@ -203,11 +204,12 @@ TARGET = Target(
     name="onnx",
     description="ONNX for onnxruntime (torch.onnx dynamo exporter; onnxruntime quantization)",
     variants=("fp32", "dynamic-int8", "int8"),
+    budgets={"fp32": parity.FP32, "dynamic-int8": parity.DYNAMIC_INT8, "int8": parity.STATIC_INT8},
     requires=("onnx", "onnxruntime", "onnxscript"),
     extra="onnx",
     convert=convert,
     runners=(OnnxRunner,),
-    generative="edgeport.export.onnx_gen",
+    generative="edgeport.targets.onnx.generate",
     options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),),

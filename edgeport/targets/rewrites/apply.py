@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgeport.export.rewrites.conv import has_output_padding
-from edgeport.export.rewrites.custom_ops import apply_decompositions, call_site, custom_op_definition, foreign_op, op_key
-from edgeport.export.rewrites.precision import low_precision_of, upcast_fp32
-from edgeport.export.rewrites.registry import REWRITES, Rewrite, RewriteFailed
+from edgeport.targets.rewrites.conv import has_output_padding
+from edgeport.targets.rewrites.custom_ops import apply_decompositions, call_site, custom_op_definition, foreign_op, op_key
+from edgeport.targets.rewrites.precision import low_precision_of, upcast_fp32
+from edgeport.targets.rewrites.registry import REWRITES, Rewrite, RewriteFailed
 
 
 @dataclass
@@ -68,7 +68,7 @@ def reexport(gm, example: tuple):
     """``torch.export`` of the rewritten GraphModule (already in inference form: no .eval() on it)."""
     import torch
 
-    from edgeport.export.program import capture_mode
+    from edgeport.core.program import capture_mode
 
     with capture_mode():
         return torch.export.export(gm, tuple(example), strict=False)

@@ -3,7 +3,7 @@ padding (``"valid"``/``"same"``), each rewritten to the plain integer-padding co
 
 from __future__ import annotations
 
-from edgeport.export.rewrites.registry import rewrite
+from edgeport.targets.rewrites.registry import rewrite
 
 
 def has_output_padding(node) -> bool:

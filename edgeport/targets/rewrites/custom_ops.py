@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from edgeport.diagnostics import user_source
 from edgeport.errors import UsageError
-from edgeport.export.rewrites.registry import node_rewrite, program_pass
+from edgeport.targets.rewrites.registry import node_rewrite, program_pass
 
 NATIVE_NAMESPACES = ("aten", "prims", "quantized_decomposed", "quantized", "higher_order")
 program_pass("user_decompositions", "custom ops nothing else can fix: the user's DECOMPOSITIONS table")

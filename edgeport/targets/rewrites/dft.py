@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from edgeport.export.rewrites.registry import node_rewrite
+from edgeport.targets.rewrites.registry import node_rewrite
 
 
 def _dft_parts(x, n: int):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeport.export.rewrites.registry import MODULE_REWRITES, module_rewrite
+from edgeport.targets.rewrites.registry import MODULE_REWRITES, module_rewrite
 
 
 @module_rewrite("batched_experts")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeport.export.rewrites.registry import rewrite
+from edgeport.targets.rewrites.registry import rewrite
 
 
 @rewrite("histc_onehot", ops=("aten.histc.default",),

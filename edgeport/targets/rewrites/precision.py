@@ -3,7 +3,7 @@ judged against the model's own half-precision output with that precision's budge
 
 from __future__ import annotations
 
-from edgeport.export.rewrites.registry import program_pass
+from edgeport.targets.rewrites.registry import program_pass
 
 program_pass("upcast_fp32", "bf16/fp16 models: converted in fp32, judged with the bf16/fp16 budget")
 

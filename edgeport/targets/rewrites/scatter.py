@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeport.export.rewrites.registry import rewrite
+from edgeport.targets.rewrites.registry import rewrite
 
 
 def _scatter_shapes_fit(node) -> bool:

@@ -3,7 +3,7 @@ with compares and sums instead (topk for long rows)."""
 
 from __future__ import annotations
 
-from edgeport.export.rewrites.registry import node_rewrite, swap_to
+from edgeport.targets.rewrites.registry import node_rewrite, swap_to
 
 RANK_SORT_MAX = 2048   # above this, the n x n comparison of sort_by_rank costs too much: topk instead
 

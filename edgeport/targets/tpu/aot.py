@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.errors import UsageError
-from edgeport.export.registry import ReportSection
+from edgeport.targets.base import ReportSection
 
 GIB = 2**30
 
@@ -105,7 +105,7 @@ def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dic
     executable, as when one process compiled them all."""
     import json
 
-    from edgeport.runtimes.jax_xla import META_FILE
+    from edgeport.targets.tpu.runtime import META_FILE
 
     compiles = list(details.get("tpu_compile") or [])
     extra = [dict(c) for other in others for c in other.get("tpu_compile") or []]

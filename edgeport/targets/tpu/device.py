@@ -3,11 +3,11 @@
 Why a subprocess: torch_tpu can hang (a metadata fetch without ``TPU_SKIP_MDS_QUERY=1`` waited > 10 min),
 abort the whole process (a forced init without a TPU raises SIGABRT), and loads libtpu into every later
 ``import torch``. So the main process only *detects* a TPU from the operating system's view (PCI vendor,
-accelerator device files), and a worker (``python -m edgeport.runtimes.torch_tpu``) does the TPU work with a
+accelerator device files), and a worker (``python -m edgeport.targets.tpu.device``) does the TPU work with a
 timeout, reading samples from and writing outputs to ``.npz`` files (no pickles cross the boundary).
 
 Engines in the worker:
-- ``jax``: the TPU target's artifact (``DIR/tpu/<variant>/``) through :func:`edgeport.runtimes.jax_xla.load`
+- ``jax``: the TPU target's artifact (``DIR/tpu/<variant>/``) through :func:`edgeport.targets.tpu.runtime.load`
   on jax's default backend, which is the TPU on a TPU host;
 - ``torch_tpu``: the exported program through ``torch.compile(backend="tpu")`` (Google's TorchTPU).
 
@@ -51,7 +51,7 @@ def tpu_host_status() -> dict:
 def worker_env(extra: dict | None = None) -> dict:
     """The worker's environment: no metadata-server query (the hang), torch_tpu loaded only where asked,
     and without the compile-only libtpu settings edgeport's own process made (a worker owns the chips)."""
-    from edgeport.runtimes.jax_xla import ENV_SET_HERE
+    from edgeport.targets._jax import ENV_SET_HERE
 
     inherited = {k: v for k, v in os.environ.items() if k not in ENV_SET_HERE}
     return {**inherited, "TPU_SKIP_MDS_QUERY": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", **(extra or {})}
@@ -64,7 +64,7 @@ def run_in_worker(engine: str, artifact: Path, samples: list[list[np.ndarray]], 
     with tempfile.TemporaryDirectory(prefix="edgeport-tpu-") as tmp:
         feed, result = Path(tmp) / "samples.npz", Path(tmp) / "result.npz"
         np.savez(feed, **{f"s{i}_{j}": a for i, sample in enumerate(samples) for j, a in enumerate(sample)})
-        command = [sys.executable, "-m", "edgeport.runtimes.torch_tpu", engine, str(artifact), str(feed), str(result)]
+        command = [sys.executable, "-m", "edgeport.targets.tpu.device", engine, str(artifact), str(feed), str(result)]
         start = time.perf_counter()
         try:
             done = subprocess.run(command, env=worker_env(env), capture_output=True, text=True, timeout=timeout)
@@ -127,14 +127,14 @@ def _die(message: str) -> None:
 def _engine_call(engine: str, artifact: Path, device: str):
     """A callable: list of numpy inputs -> list of numpy outputs."""
     if engine == "jax":
-        from edgeport.runtimes.jax_xla import load
+        from edgeport.targets.tpu.runtime import load
 
         model = load(artifact)
         return lambda inputs: [np.asarray(o, dtype=np.float32) if o.dtype.name == "bfloat16" else np.asarray(o)
                                for o in model(*inputs)]
     import torch
 
-    from edgeport.runtimes.torch_eager import flatten_outputs, to_numpy
+    from edgeport.core.eager import flatten_outputs, to_numpy
     from edgeport.sources.pt2_archive import load_exported_program
 
     module = load_exported_program(artifact).module().to(device)  # inspected, never unpickled, like every .pt2
@@ -155,7 +155,7 @@ def worker_main(argv: list[str]) -> None:
     try:
         device = _device_check(engine)
         if engine == "jax" and device == "cpu":
-            from edgeport.runtimes.jax_xla import prefer_cpu_backend
+            from edgeport.targets._jax import prefer_cpu_backend
 
             prefer_cpu_backend()
         call = _engine_call(engine, artifact, device)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgeport.export.registry import Converted, GenerativeJob, GenerativeSupport
-from edgeport.runtimes.jax_signatures import META_FILE, WEIGHTS_FILE, JaxSignatureRunner
+from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.tpu.signatures import META_FILE, WEIGHTS_FILE, JaxSignatureRunner
 
 
 def convert(job: GenerativeJob) -> Converted:
-    from edgeport.export.tpu_aot import topologies_of
-    from edgeport.runtimes.jax_xla import libtpu_compile_env, prefer_cpu_backend
+    from edgeport.targets.tpu.aot import topologies_of
+    from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
     libtpu_compile_env()
@@ -31,7 +31,7 @@ def convert(job: GenerativeJob) -> Converted:
     out = job.out_dir / f"generate_{job.variant}"
     out.mkdir(parents=True, exist_ok=True)
     precision = "highest" if job.variant == "fp32" else "default"
-    topologies = [] if job.options.get("artifact_only") else topologies_of(job.options)
+    topologies = [] if job.artifact_only else topologies_of(job.options)
     weights, meta, compiles = {}, {}, []
     # x64 off whatever an earlier converter set (litert-torch's jax bridge turns it on globally at import):
     # int64 ids, positions and cache lengths become int32 avals, so the artifact takes the same dtypes in
@@ -55,7 +55,7 @@ def convert(job: GenerativeJob) -> Converted:
 def _export(name: str, program, job: GenerativeJob, out: Path, precision: str):
     import jax
 
-    from edgeport.export.tpu import _weight_avals, lower_program
+    from edgeport.targets.tpu.target import _weight_avals, lower_program
 
     sample = job.samples[name]
     lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()))
@@ -84,7 +84,7 @@ def _merge_weights(into: dict, weights: dict) -> None:
 def _compile_all(topologies, lowered, out: Path, donate: tuple, name: str, precision: str) -> list[dict]:
     import jax
 
-    from edgeport.export.tpu_aot import compile_for_topology
+    from edgeport.targets.tpu.aot import compile_for_topology
 
     with jax.default_matmul_precision(precision):
         return [compile_for_topology(t, lowered, out, donate, program=name) for t in topologies]

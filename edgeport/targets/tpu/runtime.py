@@ -7,7 +7,7 @@ output order, so no caller has to know about pytrees, dict keys or mutated buffe
 
 A serving process::
 
-    from edgeport.runtimes.jax_xla import load
+    from edgeport.targets.tpu.runtime import load
     model = load("dist/tpu/fp32")          # on a TPU host jax's default backend is the TPU
     outputs = model(x)                     # list of arrays, in the model's output order
 
@@ -18,43 +18,17 @@ bytes that were written, after a serialize -> deserialize round trip.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from edgeport.runtimes.base import BaseRunner
+from edgeport.targets._jax import prefer_cpu_backend
+from edgeport.targets.runner import BaseRunner
 
 EXPORT_FILE = "model.jax_export"
 WEIGHTS_FILE = "weights.safetensors"
 META_FILE = "meta.json"
-
-
-# Environment variables edgeport set in its own process; worker subprocesses get them removed again.
-ENV_SET_HERE: set[str] = set()
-
-
-def prefer_cpu_backend() -> None:
-    """Keep edgeport's own process on jax's CPU backend (parity runs the CPU lowering; TPU compiles use a
-    compile-only topology). Without this, jax's first use probes libtpu for a local TPU: slow, noisy,
-    and a lock other processes may hold. A serving process calling :func:`load` is left alone."""
-    import jax
-    from jax._src import xla_bridge
-
-    if not xla_bridge.backends_are_initialized():
-        jax.config.update("jax_platforms", "cpu")
-
-
-def libtpu_compile_env() -> None:
-    """libtpu as a compile-only library: no metadata-server query (it can hang off-cloud), a local worker
-    name (else it logs an error per process), and no exclusive lock (the lock is for owning real chips;
-    compile-only processes in parallel, e.g. CI workers, would otherwise refuse each other)."""
-    for key, value in (("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES", "localhost"),
-                       ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
-        if key not in os.environ:
-            os.environ[key] = value
-            ENV_SET_HERE.add(key)
 
 
 class LoadedModel:

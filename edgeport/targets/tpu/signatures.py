@@ -1,6 +1,6 @@
 """The TPU target's generative artifact (``DIR/tpu/generate_<variant>/``): one ``jax.export`` program per
 signature and the weights they share. Parity runs each program's CPU lowering (the bytes that were
-written, deserialized), pinned to jax's CPU backend like :class:`~edgeport.runtimes.jax_xla.JaxXlaRunner`;
+written, deserialized), pinned to jax's CPU backend like :class:`~edgeport.targets.tpu.runtime.JaxXlaRunner`;
 on a TPU host the same files run on the TPU. int64 feeds become the int32 the programs take (x64 off)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.runtimes.signature import SignatureRunner, cast_to, tensor
+from edgeport.targets.signature import SignatureRunner, cast_to, tensor
 
 META_FILE = "meta.json"
 WEIGHTS_FILE = "weights.safetensors"
@@ -23,7 +23,7 @@ class JaxSignatureRunner(SignatureRunner):
         import jax
         from safetensors.flax import load_file
 
-        from edgeport.runtimes.jax_xla import prefer_cpu_backend
+        from edgeport.targets._jax import prefer_cpu_backend
 
         prefer_cpu_backend()
         super().__init__(path, threads)

@@ -1,7 +1,7 @@
 """TPU target: the exported program -> torchax -> ``jax.export`` for ("cpu", "tpu") + libtpu AOT compiles.
 
 Written to ``DIR/tpu/<variant>/``: ``model.jax_export`` (the deployment artifact, loaded by
-:mod:`edgeport.runtimes.jax_xla`), ``weights.safetensors`` beside it, ``model.stablehlo.mlir`` for
+:mod:`edgeport.targets.tpu.runtime`), ``weights.safetensors`` beside it, ``model.stablehlo.mlir`` for
 inspection, ``meta.json`` and ``executables/<topology>.tpu_exec`` (libtpu executables compiled on this
 CPU-only host with a compile-only topology, so a TPU host can skip compilation).
 
@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.diagnostics import first_line, user_source, with_location
-from edgeport.export.registry import ConvertJob, Converted, Target, TargetOption
-from edgeport.export.tpu_aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_cached,  # noqa: F401
+from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
+from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_cached,  # noqa: F401
                                      compile_for_topology, compile_id, merge_pieces, pieces, report_sections,
                                      topologies_of, validate_topologies)
-from edgeport.runtimes.jax_xla import JaxXlaRunner
+from edgeport.targets.tpu.runtime import JaxXlaRunner
+from edgeport.validate import parity
 
 
 # ----------------------------------------------------------------------------------------------- lowering
@@ -131,8 +132,9 @@ def describe_node_failure(node, exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------ convert
 
 def convert(job: ConvertJob) -> Converted:
-    from edgeport.runtimes.jax_xla import EXPORT_FILE, libtpu_compile_env, prefer_cpu_backend
-    from edgeport.runtimes.torch_tpu import tpu_host_status
+    from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
+    from edgeport.targets.tpu.runtime import EXPORT_FILE
+    from edgeport.targets.tpu.device import tpu_host_status
 
     prefer_cpu_backend()
     libtpu_compile_env()
@@ -152,7 +154,7 @@ def convert(job: ConvertJob) -> Converted:
         serialized = exported.serialize()
         lower_seconds = time.perf_counter() - start
         # artifact_only: a caller (e.g. parity localization) needs only something to run, not the TPU compiles
-        topologies = [] if job.options.get("artifact_only") else topologies_of(job.options)
+        topologies = [] if job.artifact_only else topologies_of(job.options)
         identity = compile_id(serialized, lowered) if job.cache is not None and topologies else None
         compiles = [compile_cached(t, lowered, out, job.cache, identity) for t in topologies]
     if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
@@ -164,7 +166,7 @@ def convert(job: ConvertJob) -> Converted:
     details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
                "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
-    if host["tpu_present"] and not job.options.get("artifact_only"):
+    if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
     return Converted(out / EXPORT_FILE, details)
 
@@ -173,7 +175,7 @@ def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, low
                     compiles: list[dict]) -> None:
     from safetensors.flax import save_file
 
-    from edgeport.runtimes.jax_xla import EXPORT_FILE, META_FILE, WEIGHTS_FILE
+    from edgeport.targets.tpu.runtime import EXPORT_FILE, META_FILE, WEIGHTS_FILE
 
     (out / EXPORT_FILE).write_bytes(serialized)
     save_file(lowered.weights, str(out / WEIGHTS_FILE))
@@ -183,8 +185,8 @@ def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, low
 
 
 def _add_notes(job: ConvertJob, lowered: Lowered, compiles: list[dict]) -> None:
-    if job.options.get("dynamic") and not lowered.dynamic_dims:
-        job.notes.append(f"--dynamic {', '.join(job.options['dynamic'])}: the program has no symbolic dims "
+    if job.dynamic and not lowered.dynamic_dims:
+        job.notes.append(f"--dynamic {', '.join(job.dynamic)}: the program has no symbolic dims "
                          "(a saved .pt2 keeps the shapes it was exported with); the artifact is static")
     for failed in (c for c in compiles if not c["ok"]):
         job.notes.append(f"TPU compile for {failed['topology']} failed: {failed['error']}")
@@ -195,11 +197,11 @@ def _add_notes(job: ConvertJob, lowered: Lowered, compiles: list[dict]) -> None:
 def measure_on_tpu_host(job: ConvertJob, out: Path) -> list[dict]:
     """On a TPU host: the artifact through jax on the TPU and (default variant) the program through
     torch_tpu, each in a worker subprocess; measured parity and latency beside the estimates."""
-    from edgeport.runtimes.torch_eager import EagerRunner
-    from edgeport.runtimes.torch_tpu import run_in_worker
-    from edgeport.validate.parity import compare, default_budget
+    from edgeport.core.eager import EagerRunner
+    from edgeport.targets.tpu.device import run_in_worker
+    from edgeport.validate.parity import compare
 
-    samples = job.options.get("samples") or [[x.numpy() for x in job.example_inputs]]
+    samples = job.samples or job.calibration_samples()
     eager = EagerRunner(job.program.module(), [i.dtype for i in job.signature.inputs], 1)
     reference = [eager.run(s) for s in samples]
     runs = [("jax", out)] + ([("torch_tpu", job.out_dir.parent / "exported.pt2")] if job.variant == TARGET.default_variant else [])
@@ -207,7 +209,8 @@ def measure_on_tpu_host(job: ConvertJob, out: Path) -> list[dict]:
     for engine, artifact in runs:
         result = run_in_worker(engine, artifact, samples)
         if result["ok"]:
-            parity = compare(reference, result["outputs"], default_budget(job.variant), [o.name for o in job.signature.outputs])
+            parity = compare(reference, result["outputs"], job.budget or TARGET.budget(job.variant),
+                             [o.name for o in job.signature.outputs])
             result["parity"] = {k: parity[k] for k in ("passed", "max_abs_err", "max_rel_err", "cosine_min", "message")}
         else:
             job.notes.append(f"TPU host run ({engine}) failed: {result['error']}")
@@ -239,11 +242,12 @@ TARGET = Target(
     name="tpu",
     description="TPU: torchax -> jax.export (StableHLO, cpu+tpu) with libtpu AOT compiles per topology",
     variants=("fp32", "bf16"),
+    budgets={"fp32": parity.FP32, "bf16": parity.BF16},
     requires=("torchax", "jax", "libtpu", "safetensors"),
     extra="tpu",
     convert=convert,
     runners=(JaxXlaRunner,),
-    generative="edgeport.export.tpu_gen",
+    generative="edgeport.targets.tpu.generate",
     calibrated_variants=(),
     relative_cost=3.0,
     thread_sweep=False,
