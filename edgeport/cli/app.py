@@ -67,7 +67,7 @@ def with_progress(work):
     line + exit 2, our own bugs one line + exit 1."""
     from rich.console import Console
 
-    from edgeport.pipeline.proc import terminal_stream
+    from edgeport.core.proc import terminal_stream
 
     console = Console(file=terminal_stream(2), stderr=True)
     steps = Console(file=terminal_stream(1), highlight=False)

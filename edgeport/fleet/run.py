@@ -16,9 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from edgeport.diagnostics import first_line
-
-LATENCY_NOTE = ("latency measured while other fleet tasks shared the machine: compare latencies with "
-                "`edgeport validate` on a quiet machine")
+from edgeport.pipeline.validate import LATENCY_NOTE  # noqa: F401  (added to fleet rows; validate strips it)
 
 
 @dataclass

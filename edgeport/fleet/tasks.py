@@ -38,7 +38,7 @@ def export_model(payload: dict):
     from edgeport.targets.registry import get_target
     from edgeport.pipeline import task
     from edgeport.pipeline.plan import load_user_decompositions
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, prepare
     from edgeport.quantize.policy import parse_policy
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeport.targets.registry import DEFAULT_TARGET
-from edgeport.generative.options import GenerationOptions
+from edgeport.pipeline.tasks.text_generation.plan import GenerationOptions
 from edgeport.sources.spec import SourceOptions
 
 

@@ -30,7 +30,7 @@ def sensitivity_tables(source, targets: list[str], variants: list[str], judge, c
     """Raises UsageError for bad input (no variant that can keep layers float among those asked for)."""
     from edgeport.config import budget_for, load_config, parse_budget_flags
     from edgeport.pipeline.plan import check_judge, check_variants, requested_targets
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
 
     chosen = requested_targets(targets)
     check_variants(variants, chosen)
@@ -46,15 +46,12 @@ def sensitivity_tables(source, targets: list[str], variants: list[str], judge, c
 
 
 def _session(source, judge, calibration_data, progress):
-    from edgeport.core.program import export_program, signature_of
-    from edgeport.targets.rewrites import apply_module_rewrites
+    from edgeport.core.program import signature_of
+    from edgeport.pipeline.run import load_and_export
     from edgeport.pipeline.session import Session
-    from edgeport.sources import load_model
     from edgeport.validate.data import load_data
 
-    loaded = load_model(source)
-    module_rewrites = apply_module_rewrites(loaded.module)
-    program = loaded.program or export_program(loaded.module, loaded.example_inputs)
+    loaded, program, module_rewrites = load_and_export(source, lambda _m: None, {})  # honours --dynamic
     signature = signature_of(program, loaded.input_names)
     calibration = load_data(calibration_data, signature, "--calibration-data") if calibration_data else None
     return Session.start(loaded, program, signature, judge, progress, module_rewrites=tuple(module_rewrites),

@@ -172,7 +172,7 @@ def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path 
 def run_task(spec: dict) -> dict:
     """Run one row from its spec; returns the row's JSON. Library output goes to the spec's log."""
     from edgeport.targets.registry import get_target
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
     from edgeport.pipeline.row import run_row
 
     if spec.get("schema") != SCHEMA:
@@ -192,7 +192,7 @@ def run_task(spec: dict) -> dict:
 def run_piece(target, spec: dict, session, work: Path) -> dict:
     """A piece > 0 of a split conversion: convert only (no judging), report its details and notes."""
     from edgeport.diagnostics import first_line
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
 
     out_dir = work / target.name
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgeport.targets.runner import BaseRunner
+from edgeport.validate.sections import ReportSection  # a target's report_sections return these
 
 
 @dataclass
@@ -78,7 +79,7 @@ class GenerativeJob:
 
     programs: dict                    # signature name -> torch.export.ExportedProgram (flat, named I/O)
     samples: dict                     # signature name -> {input name: torch tensor}
-    layout: dict                      # edgeport.generative.layout.Layout as JSON: roles, cache tensors, ids
+    layout: dict                      # edgeport.pipeline.tasks.text_generation.layout.Layout as JSON: roles, cache tensors, ids
     variant: str
     out_dir: Path                     # DIR/<target>/ inside the temporary output directory
     options: dict = field(default_factory=dict)       # the target's own options (e.g. TPU topologies)
@@ -117,17 +118,6 @@ class TargetOption:
     @property
     def default(self):
         return [] if self.multiple else (False if self.kind is bool else None)
-
-
-@dataclass(frozen=True)
-class ReportSection:
-    """A table only one target has (e.g. TPU compiles per topology), rendered by every report format.
-    Sections with the same title from several rows are merged into one table."""
-
-    key: str                                   # stable id (the HTML table's id)
-    title: str
-    headers: tuple[str, ...]
-    rows: list[list[str]]
 
 
 @dataclass(frozen=True)

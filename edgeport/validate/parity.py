@@ -61,7 +61,7 @@ INT4_BLOCK = {"cosine_min": 0.95, "snr_db_min": 10.0}
 # a bf16/fp16 model is judged at least as loosely as its own precision (edgeport.pipeline.row)
 REFERENCE_PRECISION = {"bf16": BF16, "fp16": FP16}
 # token_agreement_min: text-generation rows only (share of the reference's greedy tokens reproduced before the
-# first divergence; edgeport.generative.judge gives its per-variant default)
+# first divergence; edgeport.pipeline.tasks.text_generation.judge gives its per-variant default)
 BUDGET_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "topk",
                "token_agreement_min")
 GATE_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "token_agreement_min")

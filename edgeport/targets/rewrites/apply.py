@@ -33,8 +33,10 @@ def _matches(rewrite: Rewrite, node) -> bool:
     return custom_op_definition(node) is not None
 
 
-def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict | None = None) -> Rewritten:
-    """Apply the named passes that are needed (plus the user's --decompositions) and re-export once."""
+def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict | None = None,
+                   example_kwargs: dict | None = None) -> Rewritten:
+    """Apply the named passes that are needed (plus the user's --decompositions) and re-export once
+    (``example_kwargs``: a program called with named inputs, e.g. a prefill/decode signature)."""
     gm, example, applied, notes, precision = None, tuple(example_inputs), [], [], None
     if "upcast_fp32" in names and low_precision_of(program):
         precision = low_precision_of(program)
@@ -58,20 +60,20 @@ def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict |
         return Rewritten(program, example, [], [])
     gm.recompile()
     try:
-        new_program = reexport(gm, example)
+        new_program = reexport(gm, example, example_kwargs)
     except Exception as exc:
         raise RewriteFailed(f"re-export after rewrites {', '.join(applied)} failed: {exc}") from exc
     return Rewritten(new_program, example, applied, notes, precision)
 
 
-def reexport(gm, example: tuple):
+def reexport(gm, example: tuple, kwargs: dict | None = None):
     """``torch.export`` of the rewritten GraphModule (already in inference form: no .eval() on it)."""
     import torch
 
     from edgeport.core.program import capture_mode
 
     with capture_mode():
-        return torch.export.export(gm, tuple(example), strict=False)
+        return torch.export.export(gm, tuple(example), kwargs=dict(kwargs) if kwargs else None, strict=False)
 
 
 # An op listed in a target's ``refuses`` is refused only when its condition holds (default: always).

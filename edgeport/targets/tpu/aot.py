@@ -157,7 +157,7 @@ def compile_for_topology(topology: Topology, lowered: Lowered, out: Path, donate
     """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row.
     ``donate``: input positions whose buffers the outputs may reuse (a KV cache updated in place), so the
     memory analysis counts them once; ``program`` names one of several programs (generative signatures)."""
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
 
     row = {"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {})}
     start = time.perf_counter()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeport.errors import UsageError
-from edgeport.generative.layout import EXPORTED_DIR, Layout, cache_entries, describe_tensor, prefill_name
+from edgeport.pipeline.tasks.text_generation.layout import EXPORTED_DIR, Layout, cache_entries, describe_tensor, prefill_name
 
 # Files an app needs to turn text into ids and back (copied into DIR/tokenizer/ when the model has them).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
@@ -147,7 +147,7 @@ def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) 
     is :func:`load_causal_lm`'s result when the caller loaded the model already."""
     from edgeport.errors import ExportFailed
     from edgeport.core.program import describe_export_error, save_program
-    from edgeport.generative.flat import flatten
+    from edgeport.pipeline.tasks.text_generation.flat import flatten
 
     model, notes = loaded or load_causal_lm(source)
     check_window(model, plan.cache_len)

@@ -24,10 +24,10 @@ class Generated:
 
 def generate(directory: Path, target: str, variant: str | None, prompt_ids: str | None, prompt: str | None,
              max_new: int, threads: int = 1) -> Generated:
-    from edgeport.generative.loop import greedy
-    from edgeport.generative.prompts import check_prompt, load_tokenizer
-    from edgeport.generative.validate import is_generative_dir, read_layout
-    from edgeport.pipeline.proc import redirected
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.tasks.text_generation.prompts import check_prompt, load_tokenizer
+    from edgeport.pipeline.tasks.text_generation.directory import is_generative_dir, read_layout
+    from edgeport.core.proc import redirected
 
     directory = Path(directory)
     if not is_generative_dir(directory):
@@ -67,14 +67,16 @@ def pick_row(directory: Path, target: str, variant: str | None) -> dict:
 
 
 def load_runner(directory: Path, row: dict, threads: int):
+    from edgeport.pipeline.row import skip_reason
     from edgeport.targets.registry import get_target, target_names
     from edgeport.validate.report import artifact_in
 
     if row["target"] not in target_names() or get_target(row["target"]).generation() is None:
         raise UsageError(f"target {row['target']!r} has no text-generation support in this edgeport")
     target = get_target(row["target"])
-    if target.missing_requirements():
-        raise UsageError(f"{target.name} is not installed: {target.install_hint}")
+    skipped = skip_reason(target)  # the rows' skip rule; here there is nothing else to do, so exit 2
+    if skipped:
+        raise UsageError(f"{target.name} is {skipped}")
     path = artifact_in(directory, row["artifact"])
     if path is None or not path.exists():
         raise UsageError(f"artifact missing: {row['artifact']}")

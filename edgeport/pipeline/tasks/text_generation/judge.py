@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgeport.generative.loop import Generation
+from edgeport.pipeline.tasks.text_generation.loop import Generation
 
 TOKEN_AGREEMENT_DEFAULT = {"fp32": 1.0}
 # per signature: p50 of >= 10 single calls settles well within this on a decode step of any size that runs
@@ -69,8 +69,8 @@ def compare_generations(reference: list[Generation], got: list[Generation], budg
 
 def artifact_latency(runner, layout, prompt: list[int]) -> tuple[dict, dict]:
     """(latency block, decode latency_ms) timing each signature alone on realistic feeds."""
-    from edgeport.generative.loop import timing_feeds
-    from edgeport.generative.reference import latency_block
+    from edgeport.pipeline.tasks.text_generation.loop import timing_feeds
+    from edgeport.pipeline.tasks.text_generation.reference import latency_block
     from edgeport.validate.latency import measure
 
     feeds = timing_feeds(runner, layout, prompt)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgeport.generative.layout import Layout, decode_feeds, prefill_feeds, prefill_name, set_length
+from edgeport.pipeline.tasks.text_generation.layout import Layout, decode_feeds, prefill_feeds, prefill_name, set_length
 
 
 @dataclass

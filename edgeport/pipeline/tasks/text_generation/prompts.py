@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.errors import UsageError
-from edgeport.generative.layout import Layout
-from edgeport.generative.loop import check_fits
+from edgeport.pipeline.tasks.text_generation.layout import Layout
+from edgeport.pipeline.tasks.text_generation.loop import check_fits
 
 
 def random_prompts(layout: Layout, count: int, seed: int) -> list[list[int]]:

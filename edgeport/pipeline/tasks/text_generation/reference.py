@@ -14,14 +14,14 @@ import time
 
 import numpy as np
 
-from edgeport.generative.loop import Generation
+from edgeport.pipeline.tasks.text_generation.loop import Generation
 from edgeport.targets.signature import SignatureRunner, tensor
 
 
 def generate_reference(model, prompts: list[list[int]], new_tokens: int, cache_len: int) -> list[Generation]:
     import torch
 
-    from edgeport.generative.export import generation_config, plain_generation
+    from edgeport.pipeline.tasks.text_generation.export import generation_config, plain_generation
 
     results = []
     with torch.no_grad(), plain_generation(model):
@@ -39,7 +39,7 @@ def eager_latency(model, layout, threads: int) -> dict:
     """``{"prefill_ms": {L: p50}, "decode_ms_per_token": p50, "tokens_per_s", "threads"}`` of PyTorch eager."""
     import torch
 
-    from edgeport.generative.export import capture
+    from edgeport.pipeline.tasks.text_generation.export import capture
 
     torch.set_num_threads(threads)
     prefill, decode = {}, None
@@ -102,13 +102,13 @@ class ProgramRunner(SignatureRunner):
     def run(self, name: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
-        from edgeport.generative.flat import run_flat
+        from edgeport.pipeline.tasks.text_generation.flat import run_flat
 
         torch.set_num_threads(self.threads)
         return run_flat(self.modules[name], feeds)
 
     def io(self) -> dict[str, dict]:
-        from edgeport.generative.export import output_values
+        from edgeport.pipeline.tasks.text_generation.export import output_values
 
         out = {}
         for name, program in self.programs.items():

@@ -4,7 +4,7 @@ threads) and the KV cache it holds. Built from report.json alone, for any target
 
 from __future__ import annotations
 
-from edgeport.targets.base import ReportSection
+from edgeport.validate.sections import ReportSection
 
 TITLE = "Text generation (greedy tokens vs the reference; latency vs PyTorch eager with a static cache)"
 HEADERS = ("target", "variant", "tokens matched", "agreement", "first divergence", "logits cos min",
