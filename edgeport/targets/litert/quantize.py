@@ -29,7 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-from edgeport.quantize.layers import QuantLayer, fx_layers, owners, weight_shape
+from edgeport.quantize.layers import QuantLayer, fx_layers, weight_shape
+from edgeport.targets._pt2e import calibrated
 
 CONV = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "convolution")
 MATMUL = ("linear", "addmm", "matmul", "mm", "bmm")
@@ -78,15 +79,6 @@ def torch_args(sample, job) -> list:
     return [channel_last(x) for x in args] if job.options.get("nhwc") else args
 
 
-def float_filter(job) -> Callable | None:
-    """PT2E node predicate keeping ``job.float_layers`` (and the ops fused into them) float."""
-    wanted = set(job.float_layers or [])
-    if not wanted:
-        return None
-    owner = owners(job.program, sorted(wanted))
-    return lambda node: owner.get(node.name) not in wanted
-
-
 def pt2e_quantizer(keep: Callable | None):
     """litert-torch's static int8 quantizer (per-channel weights), annotating only nodes ``keep`` accepts."""
     from litert_torch.quantize import pt2e_quantizer as pq
@@ -104,17 +96,11 @@ def pt2e_quantizer(keep: Callable | None):
 def pt2e_int8(module, job, keep: Callable | None = None):
     """PT2E static int8: observe activations on the calibration samples, then convert with fake quant kept
     unfolded so litert-torch lowers real int8 kernels. Returns (converted module, QuantConfig)."""
-    import torch
     from litert_torch.quantize import quant_config
-    from torchao.quantization.pt2e import quantize_pt2e
 
     quantizer = pt2e_quantizer(keep)
-    prepared = quantize_pt2e.prepare_pt2e(module, quantizer)
-    samples = job.calibration_samples()
-    with torch.no_grad():
-        for sample in samples:
-            prepared(*torch_args(sample, job))
-    converted = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
+    batches = (torch_args(sample, job) for sample in job.calibration_samples())
+    converted = calibrated(module, quantizer, batches, fold_quantize=False)
     return converted, quant_config.QuantConfig(pt2e_quantizer=quantizer)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from edgeport.diagnostics import histogram
 from edgeport.targets.litert import quantize as litert_quant
 from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
+from edgeport.targets._pt2e import float_filter
 from edgeport.targets.litert.runtime import CompiledModelRunner, LiteRTRunner
 from edgeport.validate import parity
 
@@ -42,7 +43,7 @@ def convert(job: ConvertJob) -> Converted:
     elif job.variant == "int8":
         if not job.calibration_is_real:
             job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
-        module, quant_config = litert_quant.pt2e_int8(module, job, litert_quant.float_filter(job))
+        module, quant_config = litert_quant.pt2e_int8(module, job, float_filter(job))
     edge = litert_torch.convert(module, args, quant_config=quant_config)
     edge.export(str(path))
     return Converted(path, {"ops": op_counts(path), **details})
