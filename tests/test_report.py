@@ -11,6 +11,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 
 from conftest import REPO, read_report, run_cli, validate_report
+from edgeport.pipeline.report import tables
 from edgeport.validate.parity import FP32, compare
 from edgeport.validate.render import render_junit, render_markdown
 from edgeport.validate.render_html import render_html
@@ -233,6 +234,7 @@ def _hostile_report() -> dict:
     report["targets"][0]["rewrites"] = ["<b>bold</b>|x"]
     report["targets"].append(_row("tpu", "fp32", "ok", tpu_compile=[{"topology": "v|1", "ok": False, "error": HOSTILE,
                                                                       "peak_bytes": None, "flops": None}]))
+    report["sections"] = tables(report)  # what the pipeline stores: the TPU row's compile table
     return report
 
 
@@ -288,3 +290,15 @@ def test_fingerprint_hashes_scalar_constants():
     program = export_program(Scaled(), (torch.ones(2),))
     assert any(v.dim() == 0 and not v.is_floating_point() for v in program.constants.values())
     assert len(fingerprint(program, signature_of(program))["weights_sha256"]) == 64
+
+
+def test_sections_render_from_the_report_alone():
+    """A target's tables are stored in report.json by the pipeline; renderers read them back without the
+    registry, and leave out an entry that is not a table (a hand-edited file) instead of failing."""
+    report = _hostile_report()
+    stored = report["sections"]
+    assert [s["key"] for s in stored] == ["tpu_compile"] and stored[0]["rows"][0][1] == "v|1"
+    report["targets"] = report["targets"][:-1]  # the TPU row gone: its table still renders from "sections"
+    report["sections"].append({"key": "broken", "title": "no rows"})
+    md = render_markdown(report)
+    assert "| variant | topology |" in md and "no rows" not in md
