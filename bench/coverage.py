@@ -227,9 +227,9 @@ def _flat_any(value) -> list:
 def do_verify(name: str, target: str, out_dir: Path) -> dict:
     """Run edgeport's artifact on 3 new random inputs (seed 123) against eager; an error over the budget the
     report used means edgeport's exit 0 was a lie."""
-    from edgeport.export.registry import get_target
+    from edgeport.targets.registry import get_target
     from edgeport.sources import SourceOptions, load_model
-    from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs, to_numpy
+    from edgeport.core.eager import EagerRunner, flatten_inputs, to_numpy
     from edgeport.validate.data import make_samples
 
     report = json.loads((out_dir / "report.json").read_text())

@@ -58,7 +58,8 @@ def build_model(args, where: Path):
 
 
 def convert_all(exported, out: Path) -> dict:
-    from edgeport.export.registry import GenerativeJob, all_targets
+    from edgeport.targets.base import GenerativeJob
+    from edgeport.targets.registry import all_targets
 
     artifacts = {}
     for target in all_targets():
@@ -67,7 +68,7 @@ def convert_all(exported, out: Path) -> dict:
             continue
         (out / target.name).mkdir(parents=True, exist_ok=True)
         job = GenerativeJob(exported.programs, exported.samples, exported.layout.to_json(), "fp32", out / target.name,
-                            {"artifact_only": True})
+                            artifact_only=True)
         start = time.perf_counter()
         artifacts[target.name] = (support, support.convert(job).artifact, time.perf_counter() - start)
     return artifacts
@@ -89,7 +90,7 @@ def main() -> None:
     parser.add_argument("--prefill-len", type=int, action="append")
     args = parser.parse_args()
     lens = tuple(sorted(args.prefill_len or [32, 128]))
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
 
     with tempfile.TemporaryDirectory() as tmp, redirected(Path(tmp) / "noise.log"):
         rows, facts = run(args, lens, Path(tmp))
@@ -99,10 +100,10 @@ def main() -> None:
 def run(args, lens, tmp: Path):
     import torch
 
-    from edgeport.generative.export import export_generation
-    from edgeport.generative.judge import artifact_latency
-    from edgeport.generative.loop import greedy
-    from edgeport.generative.reference import eager_latency, generate_reference
+    from edgeport.pipeline.tasks.text_generation.export import export_generation
+    from edgeport.pipeline.tasks.text_generation.judge import artifact_latency
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.tasks.text_generation.reference import eager_latency, generate_reference
     from edgeport.sources.spec import SourceOptions
 
     build_model(args, tmp / "model")

@@ -208,7 +208,7 @@ def main() -> None:
 
 
 def run(models: list[str], jobs: list[int], timeout: float) -> list[dict]:
-    from edgeport.export.tpu import DEFAULT_TOPOLOGIES
+    from edgeport.targets.tpu.target import DEFAULT_TOPOLOGIES
 
     assert tuple(DEFAULT_TOPOLOGIES) == TOPOLOGIES, "raw tpu must compile the topologies edgeport compiles"
     results = []

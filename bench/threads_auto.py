@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0)
     args = parser.parse_args()
-    from edgeport.export.registry import get_target
+    from edgeport.targets.registry import get_target
 
     print(f"cores: {os.cpu_count()}")
     print(f"{'model':<38} {'target':<7} {'auto pick':<18} {'best (exhaustive)':<18} {'pick p50':>9} {'best p50':>9} {'ratio':>6}")

@@ -26,12 +26,12 @@ TOPOLOGIES = ["v5e:1x1", "v5e:2x2", "v6e:1x1", "v4:2x2x1", "v5p:2x2x1", "tpu7x:2
 
 
 def bench_model(spec: str, topologies: list[str], threads: int, tmp: Path) -> dict:
-    from edgeport.export.program import export_program, signature_of
-    from edgeport.export.registry import ConvertJob
-    from edgeport.export.tpu import TARGET
+    from edgeport.core.program import export_program, signature_of
+    from edgeport.targets.base import ConvertJob
+    from edgeport.targets.tpu.target import TARGET
     from edgeport.sources import SourceOptions, load_model
-    from edgeport.runtimes.jax_xla import JaxXlaRunner
-    from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs, to_numpy
+    from edgeport.targets.tpu.runtime import JaxXlaRunner
+    from edgeport.core.eager import EagerRunner, flatten_inputs, to_numpy
     from edgeport.validate.latency import measure
 
     loaded = load_model(SourceOptions(model=str(REPO / spec) if ".py:" in spec else spec))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeport.errors import UsageError
-from edgeport.export.registry import target_names
+from edgeport.targets.registry import target_names
 from edgeport.pipeline.options import ConvertOptions, JudgeOptions, OutputOptions, convert_options
 from edgeport.pipeline.run import Progress, Result
 from edgeport.pipeline.run import convert as _run_convert

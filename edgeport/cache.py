@@ -1,7 +1,7 @@
 """A content-addressed store of conversion results, shared by every run on a machine (and by concurrent ones).
 
 An entry is a directory named by the sha256 of what decided its output (the caller builds that key: see
-:mod:`edgeport.pipeline.reuse` and the TPU compiles in ``edgeport.export``), holding files and one
+:mod:`edgeport.pipeline.reuse` and the TPU compiles in ``edgeport.targets.tpu``), holding files and one
 ``meta.json`` with each file's sha256 and the caller's JSON data. Why it is built this way:
 
 - Atomic entries: an entry is assembled in ``tmp/`` and renamed into ``entries/`` in one step, so a reader

@@ -26,26 +26,22 @@ class Finding:
 def check(source, targets: list[str]) -> tuple[list[Finding], list[str]]:
     """(findings, module rewrites applied) for ``source`` (SourceOptions). Raises UsageError for bad input,
     ExportFailed if export fails. Library output goes to a temporary capture, not the terminal."""
-    from edgeport.export.program import export_program
-    from edgeport.export.rewrites import apply_module_rewrites
+    from edgeport.core.eager import flatten_inputs
+    from edgeport.core.proc import redirected
     from edgeport.pipeline.plan import load_user_decompositions, requested_targets
-    from edgeport.pipeline.proc import redirected
-    from edgeport.runtimes.torch_eager import flatten_inputs
-    from edgeport.sources import load_model
+    from edgeport.pipeline.run import load_and_export
 
     chosen = requested_targets(targets)
     with redirected():
         table = load_user_decompositions(source.decompositions)
-        loaded = load_model(source)
-        module_rewrites = apply_module_rewrites(loaded.module)
-        program = loaded.program or export_program(loaded.module, loaded.example_inputs)
+        loaded, program, module_rewrites = load_and_export(source, lambda _m: None, {})  # honours --dynamic
         example = flatten_inputs(loaded.example_inputs)
         findings = [f for target in chosen for f in check_target(target, program, example, table)]
     return findings, module_rewrites
 
 
 def check_target(target, program, example, decompositions: dict) -> list[Finding]:
-    from edgeport.export.rewrites import RewriteFailed, apply_rewrites, refused_ops
+    from edgeport.targets.rewrites import RewriteFailed, apply_rewrites, refused_ops
 
     before = refused_ops(program, target.refuses)
     if not before:
@@ -61,7 +57,7 @@ def check_target(target, program, example, decompositions: dict) -> list[Finding
 
 def _fixers(op: str, applied: list[str]) -> list[str]:
     """The applied passes that handle ``op`` (by their op list; custom ops and dtypes by kind)."""
-    from edgeport.export.rewrites import REWRITES
+    from edgeport.targets.rewrites import REWRITES
 
     if op in ("bfloat16", "float16"):
         return [n for n in applied if n == "upcast_fp32"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeport.errors import UsageError
-from edgeport.validate.parity import ALLOW_KEYS, BUDGET_KEYS, GATE_KEYS, LIST_KEYS, default_budget
+from edgeport.validate.parity import ALLOW_KEYS, BUDGET_KEYS, GATE_KEYS, LIST_KEYS
 
 # Why these numbers: parity errors of a fixed converter on fixed samples are deterministic, so any real growth
 # is a change; x2 leaves room for a dependency bump that reorders float ops, and errors below the floor (1e-6
@@ -80,7 +80,7 @@ def check_config(config: dict, where: str = "config") -> None:
 def _check_scope(scope: tuple[str, ...], where: str, target_alone: bool = False) -> None:
     """``scope`` is (), (VARIANT,) or (TARGET, VARIANT) of targets the registry knows (``target_alone``:
     a lone name is a TARGET instead); anything else is a typo that would silently match no row."""
-    from edgeport.export.registry import all_variants, get_target, target_names
+    from edgeport.targets.registry import all_variants, get_target, target_names
 
     names = target_names()
     if len(scope) > 2 or not all(scope):
@@ -163,7 +163,10 @@ def _table_value(metric: str, value, where: str):
 
 
 def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[str, ...], str, Any]]) -> dict:
-    budget = default_budget(variant)
+    """The target's own budget for ``variant`` (an unknown variant is an error), then [budgets.*], then flags."""
+    from edgeport.targets.registry import get_target
+
+    budget = get_target(target).budget(variant)
     tables = config.get("budgets", {})
     for table_key in (variant, f"{target}.{variant}"):
         for metric, value in tables.get(table_key, {}).items():

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeport.export.registry import Converted, Target
-from edgeport.runtimes.base import BaseRunner
+from edgeport.targets.base import Converted, Target
+from edgeport.targets.runner import BaseRunner
+from edgeport.validate.parity import FP32
 
 
 def convert(job):
@@ -41,5 +42,5 @@ class BuggyRunner(BaseRunner):
 
 
 
-TARGET = Target(name="buggy", description="test backend with a wrong tanh", variants=("fp32",), requires=("torch",),
+TARGET = Target(name="buggy", description="test backend with a wrong tanh", variants=("fp32",), requires=("torch",), budgets={"fp32": FP32},
                 extra="dev", convert=convert, runners=(BuggyRunner,))

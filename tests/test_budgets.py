@@ -5,7 +5,7 @@ import pytest
 
 from edgeport.config import baseline_thresholds, budget_for, is_required, load_config, parse_budget_flags
 from edgeport.errors import UsageError
-from edgeport.validate.parity import compare, default_budget, topk_agreement
+from edgeport.validate.parity import FP32, compare, topk_agreement
 
 
 def test_topk_agreement_counts_rows():
@@ -29,7 +29,7 @@ def test_topk_budget_gates_classifier_outputs_only_where_asked():
 def test_gate_list_reports_but_does_not_gate_other_metrics():
     ref = [[np.linspace(-1, 1, 100).astype(np.float32)]]
     noisy = [[ref[0][0] + np.float32(0.001)]]
-    budget = default_budget("fp32")
+    budget = dict(FP32)
     assert not compare(ref, noisy, budget, ["y"])["passed"]
     gated = compare(ref, noisy, {**budget, "gate": ["cosine_min"]}, ["y"])
     assert gated["passed"] and gated["max_rel_err"] > budget["max_rel_err"]
@@ -101,3 +101,14 @@ def test_bad_config_tables_are_refused_when_read(tmp_path, toml, needle):
     with pytest.raises(UsageError) as info:
         load_config(cwd=tmp_path)
     assert needle in str(info.value) and "edgeport.toml" in str(info.value)
+
+
+def test_an_unknown_variant_is_an_error_not_the_fp32_budget():
+    """A budget comes from the target's own table; a variant it does not offer is refused, never judged as fp32."""
+    from edgeport.targets.registry import get_target
+
+    assert budget_for("litert", "int8", {}, [])["cosine_min"] == 0.95
+    with pytest.raises(UsageError, match="no variant 'int3'"):
+        budget_for("litert", "int3", {}, [])
+    with pytest.raises(UsageError, match="no variant 'bf16'"):
+        get_target("onnx").budget("bf16")

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import REPO, read_report, run_cli
 from edgeport.errors import UsageError
-from edgeport.export.program import Signature, TensorInfo
+from edgeport.core.program import Signature, TensorInfo
 from edgeport.validate.data import (MAX_DATA_SAMPLES, MAX_SAMPLES, check_sample_count, load_data, load_data_with_kind,
                                      make_samples, read_data)
 

@@ -263,10 +263,10 @@ def test_onnx_nodes_are_found_through_fusions(tmp_path):
     """onnxscript folds BatchNorm into the Conv before it; the fused Conv carries the norm's provenance."""
     import torch
 
-    from edgeport.export import onnx as target
-    from edgeport.export.onnx_quant import layer_nodes, layers
-    from edgeport.export.program import signature_of
-    from edgeport.export.registry import ConvertJob
+    from edgeport.targets.onnx import target
+    from edgeport.targets.onnx.quantize import layer_nodes, layers
+    from edgeport.core.program import signature_of
+    from edgeport.targets.base import ConvertJob
 
     class Net(torch.nn.Module):
         def __init__(self):

@@ -98,9 +98,9 @@ def test_exported_programs_are_token_exact_with_generate(llama):
     also for a prompt right-padded into a prefill and one longer than every prefill (chunked)."""
     import transformers
 
-    from edgeport.generative.layout import Layout
-    from edgeport.generative.loop import greedy
-    from edgeport.generative.reference import ProgramRunner, generate_reference
+    from edgeport.pipeline.tasks.text_generation.layout import Layout
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.tasks.text_generation.reference import ProgramRunner, generate_reference
     from edgeport.sources.pt2_archive import load_exported_program
 
     model_dir, out, _ = llama
@@ -181,7 +181,7 @@ def test_plan_refuses_before_loading(llama, tmp_path):
     """Plan-time UsageErrors (exit 2 through the CLI, as above), checked in-process: no model loads."""
     from edgeport import api
     from edgeport.errors import UsageError
-    from edgeport.generative.generate import generate
+    from edgeport.pipeline.tasks.text_generation.generate import generate
 
     model_dir, out, _ = llama
     bert = tmp_path / "bert"
@@ -228,7 +228,7 @@ def test_eager_latency_reruns_a_sliding_window_cache():
     got a fresh copy of the call."""
     from types import SimpleNamespace
 
-    from edgeport.generative.reference import eager_latency
+    from edgeport.pipeline.tasks.text_generation.reference import eager_latency
 
     model = tiny_lm.build("gemma2")
     timing = eager_latency(model, SimpleNamespace(prefill_lens=[8], cache_len=tiny_lm.WINDOW), threads=1)
@@ -308,3 +308,45 @@ def test_quantized_variants_are_judged_on_tokens_and_cosine(tmp_path):
     assert rows[("litert", "int4-block32")]["zero_scale_blocks_fixed"] > 0
     sizes = [rows[("litert", v)]["size_bytes"] for v in ("fp32", "fp16", "weight-int8", "int4-block32")]
     assert sizes == sorted(sizes, reverse=True)
+
+
+def test_target_rewrites_reach_the_prefill_and_decode_programs(tmp_path):
+    """A MoE router that sorts its scores leaves aten.sort (STABLEHLO_SORT on LiteRT) in the decode graph
+    unless the target's rewrites run on generation programs too: the task's build applies them to every
+    signature's program, keeps the named inputs and the outputs, and says which passes ran."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from edgeport.pipeline.row import Row
+    from edgeport.pipeline.tasks.text_generation.rows import build
+    from edgeport.targets.base import Converted, GenerativeSupport
+
+    class SortingRouter(torch.nn.Module):
+        def forward(self, hidden, cache):
+            scores = hidden @ torch.ones(hidden.shape[-1], 4)
+            top, idx = torch.sort(scores, dim=-1, descending=True)
+            return {"logits": top[..., :2] * idx[..., :2].float(), "cache": cache + 1}
+
+    kwargs = {"hidden": torch.randn(1, 3, 8), "cache": torch.zeros(1, 2)}
+    program = torch.export.export(SortingRouter(), (), kwargs=kwargs, strict=False)
+    assert any("sort" in str(n.target) for n in program.graph.nodes)
+    seen = {}
+
+    def convert(job):
+        seen.update(job.programs)
+        (job.out_dir / "model.bin").write_bytes(b"x")
+        return Converted(job.out_dir / "model.bin")
+
+    support = GenerativeSupport(("fp32",), convert, lambda path, threads: None)
+    target = SimpleNamespace(name="fake", rewrites=("sort_by_rank",), generation=lambda: support)
+    session = SimpleNamespace(programs={"decode": program}, samples={"decode": kwargs}, notes=[], target_options={},
+                              layout=SimpleNamespace(to_json=lambda: {}))
+    row = Row("fake", "fp32")
+    build(row, target, "fp32", session, tmp_path, {})
+    decode = seen["decode"]
+    assert row.rewrites == ["sort_by_rank"]
+    assert not any("sort" in str(n.target) for n in decode.graph.nodes if n.op == "call_function")
+    assert [s.arg.name for s in decode.graph_signature.input_specs if s.kind.name == "USER_INPUT"] == ["hidden", "cache"]
+    want, got = program.module()(**kwargs), decode.module()(**kwargs)
+    assert torch.equal(want["logits"], got["logits"]) and torch.equal(want["cache"], got["cache"])

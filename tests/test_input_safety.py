@@ -66,7 +66,7 @@ def test_tokenizer_folder_custom_code_never_runs(tmp_path, monkeypatch):
     """auto_map in tokenizer_config.json names Python in the folder: even a "y" on stdin (transformers asks
     when trust_remote_code is None) must not run it; the load is exit 2."""
     from edgeport.errors import UsageError
-    from edgeport.generative.prompts import load_tokenizer
+    from edgeport.pipeline.tasks.text_generation.prompts import load_tokenizer
 
     marker = tmp_path / "ran"
     folder = tmp_path / "tokenizer"
@@ -131,7 +131,7 @@ def test_hostile_generative_layout_is_bad_input(tmp_path, changes):
     """layout.json steers allocations (a cache of cache_len slots, masks of an entry's shape) and loops
     (gen_tokens): wrong types or absurd sizes were internal errors or a 931 GiB allocation, now exit 2."""
     from edgeport.errors import UsageError
-    from edgeport.generative.validate import read_layout
+    from edgeport.pipeline.tasks.text_generation.directory import read_layout
 
     (tmp_path / "exported").mkdir()
     (tmp_path / "exported" / "layout.json").write_text(json.dumps(_layout()))
@@ -144,7 +144,7 @@ def test_hostile_generative_layout_is_bad_input(tmp_path, changes):
 def test_tokenizer_files_symlinked_out_of_the_model_dir_are_not_copied(tmp_path):
     """vocab.txt -> /proc/self/environ in a model directory copied the CI's environment (its secrets) into
     DIR/tokenizer/; a hub cache snapshot's links into its blobs/ still count as the model's own."""
-    from edgeport.generative.export import copy_tokenizer
+    from edgeport.pipeline.tasks.text_generation.export import copy_tokenizer
 
     model = tmp_path / "model"
     model.mkdir()
@@ -169,7 +169,7 @@ def test_tokenizer_files_symlinked_out_of_the_model_dir_are_not_copied(tmp_path)
 def test_json_nested_deeper_than_the_stack_is_bad_input(fresh, tmp_path):
     """report.json / layout.json of [[[...]]] 200,000 deep: a RecursionError was an internal error (exit 1)."""
     from edgeport.errors import UsageError
-    from edgeport.generative.validate import read_layout
+    from edgeport.pipeline.tasks.text_generation.directory import read_layout
 
     deep = "[" * 200_000 + "]" * 200_000
     (fresh / "report.json").write_text(deep)

@@ -3,7 +3,7 @@
 from conftest import REPO, validate_report
 
 from edgeport import api
-from edgeport.export import registry
+from edgeport.targets import registry
 from edgeport.validate.localize import layers
 
 MODELS = REPO / "tests" / "models.py"

@@ -63,7 +63,7 @@ def test_quantized_variants_calibrated_on_real_data(tmp_path):
 def test_dynamic_batch_dim_kept_and_runs_other_batch(tmp_path):
     import torch
 
-    from edgeport.runtimes.onnxruntime import load
+    from edgeport.targets.onnx.runtime import load
     from models import mlp
 
     module, example = mlp()
@@ -102,7 +102,7 @@ def _shared_export_with_grad(job):
 
 
 def test_own_capture_when_the_shared_program_does_not_convert(tmp_path, monkeypatch):
-    from edgeport.export import onnx as onnx_target
+    from edgeport.targets.onnx import target as onnx_target
 
     monkeypatch.setattr(onnx_target, "_export_shared", _shared_export_with_grad)
     result = _convert(tmp_path, f"{MODELS}:biased_attention", samples=2, quantize=["dynamic-int8"])
@@ -119,7 +119,7 @@ def test_own_capture_when_the_shared_program_does_not_convert(tmp_path, monkeypa
 def test_own_capture_keeps_the_flat_input_order(tmp_path, monkeypatch):
     """Keyword inputs given out of order, a None argument, a dict output: the fallback captures the same
     positional adapter, so inputs, outputs and their order are the shared program's."""
-    from edgeport.export import onnx as onnx_target
+    from edgeport.targets.onnx import target as onnx_target
 
     def refuse(job):
         raise RuntimeError("the shared program is refused")
@@ -139,7 +139,7 @@ def test_failure_of_both_captures_keeps_cause_and_model_line(tmp_path, monkeypat
     shared program and the own capture fail alike; the row keeps the root cause and the model's line."""
     import torch
 
-    from edgeport.export import program as program_module
+    from edgeport.core import program as program_module
 
     monkeypatch.setattr(program_module, "capture_mode", torch.enable_grad)
     result = _convert(tmp_path, f"{MODELS}:biased_attention", samples=2)

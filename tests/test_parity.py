@@ -5,11 +5,11 @@ import math
 import numpy as np
 
 from edgeport.config import budget_for, parse_budget_flags
-from edgeport.validate.parity import compare, default_budget
+from edgeport.validate.parity import FP32, STATIC_INT8, compare
 
 
-def _one(ref, out, variant="fp32"):
-    return compare([[np.asarray(ref, np.float32)]], [[np.asarray(out, np.float32)]], default_budget(variant), ["y"])
+def _one(ref, out, budget=FP32):
+    return compare([[np.asarray(ref, np.float32)]], [[np.asarray(out, np.float32)]], dict(budget), ["y"])
 
 
 def test_identical_passes():
@@ -36,7 +36,7 @@ def test_worst_sample_and_output_named():
     refs = [[np.ones(4, np.float32), np.ones(2, np.float32)] for _ in range(3)]
     outs = [[np.ones(4, np.float32), np.ones(2, np.float32)] for _ in range(3)]
     outs[2][1] = np.array([1.0, 1.5], np.float32)
-    result = compare(refs, outs, default_budget("fp32"), ["a", "b"])
+    result = compare(refs, outs, dict(FP32), ["a", "b"])
     assert not result["passed"] and result["message"].startswith("b sample 2:")
     assert result["outputs"][0]["passed"] and not result["outputs"][1]["passed"]
 
@@ -44,10 +44,10 @@ def test_worst_sample_and_output_named():
 def test_int8_judged_by_cosine_and_snr_not_abs():
     ref = np.linspace(-1, 1, 1000).astype(np.float32)
     noisy = ref + np.random.default_rng(0).normal(0, 0.01, ref.shape).astype(np.float32)
-    assert _one(ref, noisy, "int8")["passed"]
-    assert not _one(ref, noisy, "fp32")["passed"]
-    assert not _one(ref, -ref, "int8")["passed"]
-    assert math.isfinite(_one(ref, noisy, "int8")["snr_db_min"])
+    assert _one(ref, noisy, STATIC_INT8)["passed"]
+    assert not _one(ref, noisy, FP32)["passed"]
+    assert not _one(ref, -ref, STATIC_INT8)["passed"]
+    assert math.isfinite(_one(ref, noisy, STATIC_INT8)["snr_db_min"])
 
 
 def test_shape_mismatch_fails():
@@ -69,15 +69,15 @@ def test_nan_where_reference_is_nan_is_not_equal():
     assert not result["passed"] and result["elements_compared"] == 0
     assert result["outputs"][0]["reference_nonfinite"] == 3 and "allow_nonfinite_reference" in result["message"]
     allowed = compare([[np.full(3, np.nan, np.float32)]], [[np.full(3, np.nan, np.float32)]],
-                      {**default_budget("fp32"), "allow_nonfinite_reference": True}, ["y"])
+                      {**dict(FP32), "allow_nonfinite_reference": True}, ["y"])
     assert not allowed["passed"] and "nothing compared" in allowed["message"]  # allowed, but still nothing compared
 
 
 def test_nonfinite_reference_allowed_judges_only_finite_elements():
     ref = [[np.array([-np.inf, 1.0, 2.0], np.float32)]]
     masked = [[np.array([np.finfo(np.float32).min, 1.0, 2.0], np.float32)]]  # a converter's -inf mask
-    budget = {**default_budget("fp32"), "allow_nonfinite_reference": True}
-    assert not compare(ref, masked, default_budget("fp32"), ["y"])["passed"]
+    budget = {**dict(FP32), "allow_nonfinite_reference": True}
+    assert not compare(ref, masked, dict(FP32), ["y"])["passed"]
     result = compare(ref, masked, budget, ["y"])
     assert result["passed"] and result["elements_compared"] == 2 and result["max_abs_err"] == 0.0
     assert "only its finite elements were compared" in result["notes"][0]
@@ -90,7 +90,7 @@ def test_zero_size_output_is_nothing_compared_unless_allowed():
     result = _one(empty, empty)
     assert not result["passed"] and "nothing compared: the output has no elements" in result["message"]
     assert result["outputs"][0]["empty"] is True and result["outputs"][0]["cosine_min"] is None
-    allowed = compare([[empty]], [[empty]], {**default_budget("fp32"), "allow_empty": True}, ["y"])
+    allowed = compare([[empty]], [[empty]], {**dict(FP32), "allow_empty": True}, ["y"])
     assert allowed["passed"] and allowed["elements_compared"] == 0 and "allow_empty" in allowed["notes"][0]
 
 
@@ -109,22 +109,22 @@ def test_degenerate_reference_with_signal_in_artifact_fails_naming_the_reference
     assert "reference output is all zeros/denormal (max |ref| 0)" in result["message"]
     assert "differs by up to 0.5" in result["message"] and "cosine" not in result["message"].split("meaningless")[1]
     lenient = compare([[np.zeros(4, np.float32)]], [[np.array([0.5, 0, 0, 0], np.float32)]],
-                      {**default_budget("fp32"), "max_abs_err": 1.0}, ["y"])
+                      {**dict(FP32), "max_abs_err": 1.0}, ["y"])
     assert lenient["passed"]  # the budget's own absolute tolerance judges a no-signal output
 
 
 def test_zero_sample_inside_an_output_with_signal_is_judged_by_the_outputs_scale():
     refs = [[np.linspace(-1, 1, 8).astype(np.float32)], [np.zeros(8, np.float32)]]
     outs = [[refs[0][0].copy()], [np.full(8, 1e-7, np.float32)]]  # float residue where the reference is exactly 0
-    result = compare(refs, outs, default_budget("fp32"), ["y"])
+    result = compare(refs, outs, dict(FP32), ["y"])
     assert result["passed"] and result["cosine_min"] > 0.99999, result["message"]  # sample 1 has no cosine
-    far = compare(refs, [[refs[0][0].copy()], [np.full(8, 0.1, np.float32)]], default_budget("fp32"), ["y"])
+    far = compare(refs, [[refs[0][0].copy()], [np.full(8, 0.1, np.float32)]], dict(FP32), ["y"])
     assert not far["passed"] and far["message"].startswith("y sample 1: max_rel_err")
 
 
 def test_artifact_with_fewer_outputs_fails_cleanly():
     result = compare([[np.ones(2, np.float32), np.ones(2, np.float32)]], [[np.ones(2, np.float32)]],
-                     default_budget("fp32"), ["a", "b"])
+                     dict(FP32), ["a", "b"])
     assert not result["passed"] and "artifact returned 1 outputs, the model has 2" in result["message"]
 
 

@@ -36,7 +36,7 @@ def test_fully_delegated_model_has_nothing_to_report(tmp_path):
 
 def test_slow_note_names_the_undelegated_ops(cumsum_auto):
     from edgeport.pipeline.row import slower_than_eager
-    from edgeport.runtimes.litert import load
+    from edgeport.targets.litert.runtime import load
 
     out, report = cumsum_auto
     litert = next(r for r in report["targets"] if r["target"] == "litert")
@@ -50,7 +50,7 @@ def test_slow_note_names_the_undelegated_ops(cumsum_auto):
 
 @pytest.mark.parametrize("target,runners", [("litert", {"interpreter", "compiled_model"}), ("onnx", {"onnxruntime"})])
 def test_threads_auto_sweeps_and_uses_the_pick(cumsum_auto, target, runners):
-    from edgeport.export.registry import thread_counts
+    from edgeport.targets.base import thread_counts
 
     _, report = cumsum_auto
     row = next(r for r in report["targets"] if r["target"] == target)
@@ -68,7 +68,7 @@ def test_every_litert_runner_passes_parity(cumsum_auto):
     """Whatever auto picks must give the Interpreter's answers: run both runners on the same artifact."""
     import numpy as np
 
-    from edgeport.export.registry import get_target
+    from edgeport.targets.registry import get_target
 
     out, report = cumsum_auto
     row = next(r for r in report["targets"] if r["target"] == "litert")
@@ -90,14 +90,14 @@ def test_validate_with_threads_auto(cumsum_auto, tmp_path):
 
 
 def test_targets_without_a_thread_knob_have_nothing_to_pick():
-    from edgeport.export.registry import get_target
+    from edgeport.targets.registry import get_target
 
     assert [c.label for c in get_target("tpu").runner_configs(4)] == ["xla_cpu/4"]
     assert len(get_target("onnx").runner_configs(4)) == 4
 
 
 def test_thread_counts_stay_few_on_big_machines():
-    from edgeport.export.registry import thread_counts
+    from edgeport.targets.base import thread_counts
 
     assert thread_counts(1) == [1] and thread_counts(2) == [1, 2] and thread_counts(6) == [1, 2, 3, 4, 6]
     assert thread_counts(64) == [1, 2, 3, 4, 8, 16, 32, 64]

@@ -11,7 +11,8 @@ from xml.etree import ElementTree as ET
 import numpy as np
 
 from conftest import REPO, read_report, run_cli, validate_report
-from edgeport.validate.parity import compare, default_budget
+from edgeport.pipeline.report import tables
+from edgeport.validate.parity import FP32, compare
 from edgeport.validate.render import render_junit, render_markdown
 from edgeport.validate.render_html import render_html
 from edgeport.validate.report import write_outputs
@@ -30,8 +31,8 @@ def mixed_report() -> dict:
     ref = [[rng.standard_normal((2, 10)).astype(np.float32)] for _ in range(3)]
     close = [[r[0] + rng.normal(0, 1e-7, r[0].shape).astype(np.float32)] for r in ref]
     far = [[r[0] + rng.normal(0, 0.3, r[0].shape).astype(np.float32)] for r in ref]
-    ok_parity = compare(ref, close, default_budget("fp32"), ["logits"])
-    bad_parity = compare(ref, far, default_budget("fp32"), ["logits"])
+    ok_parity = compare(ref, close, dict(FP32), ["logits"])
+    bad_parity = compare(ref, far, dict(FP32), ["logits"])
     latency = {"p50": 0.5, "p90": 0.7, "runs": 10, "threads": 1}
     rows = [
         _row("onnx", "fp32", "ok", artifact="onnx/model.onnx", size_bytes=4096, parity=ok_parity, latency_ms=latency),
@@ -233,6 +234,7 @@ def _hostile_report() -> dict:
     report["targets"][0]["rewrites"] = ["<b>bold</b>|x"]
     report["targets"].append(_row("tpu", "fp32", "ok", tpu_compile=[{"topology": "v|1", "ok": False, "error": HOSTILE,
                                                                       "peak_bytes": None, "flops": None}]))
+    report["sections"] = tables(report)  # what the pipeline stores: the TPU row's compile table
     return report
 
 
@@ -279,7 +281,7 @@ def test_fingerprint_hashes_scalar_constants():
     """A 0-dim int buffer or constant (any BatchNorm's num_batches_tracked) crashed the weights hash."""
     import torch
 
-    from edgeport.export.program import export_program, fingerprint, signature_of
+    from edgeport.core.program import export_program, fingerprint, signature_of
 
     class Scaled(torch.nn.Module):
         def forward(self, x):
@@ -288,3 +290,15 @@ def test_fingerprint_hashes_scalar_constants():
     program = export_program(Scaled(), (torch.ones(2),))
     assert any(v.dim() == 0 and not v.is_floating_point() for v in program.constants.values())
     assert len(fingerprint(program, signature_of(program))["weights_sha256"]) == 64
+
+
+def test_sections_render_from_the_report_alone():
+    """A target's tables are stored in report.json by the pipeline; renderers read them back without the
+    registry, and leave out an entry that is not a table (a hand-edited file) instead of failing."""
+    report = _hostile_report()
+    stored = report["sections"]
+    assert [s["key"] for s in stored] == ["tpu_compile"] and stored[0]["rows"][0][1] == "v|1"
+    report["targets"] = report["targets"][:-1]  # the TPU row gone: its table still renders from "sections"
+    report["sections"].append({"key": "broken", "title": "no rows"})
+    md = render_markdown(report)
+    assert "| variant | topology |" in md and "no rows" not in md

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from conftest import REPO, read_report, run_cli
-from edgeport.export import rewrites as R
+from edgeport.targets import rewrites as R
 
 MODELS = REPO / "tests" / "models.py"
 
@@ -195,7 +195,7 @@ def test_dict_inputs_follow_the_signature_and_outputs_flatten():
 
 
 def test_stateful_reference_starts_each_sample_from_the_same_state():
-    from edgeport.runtimes.torch_eager import EagerRunner
+    from edgeport.core.eager import EagerRunner
 
     class Counter(nn.Module):
         def __init__(self):
@@ -214,7 +214,7 @@ def test_stateful_reference_starts_each_sample_from_the_same_state():
 
 
 def test_runtime_error_names_the_refused_op():
-    from edgeport.runtimes.litert import LiteRTRunner
+    from edgeport.targets.litert.runtime import LiteRTRunner
 
     message = LiteRTRunner.describe_error(RuntimeError("Only update, Add ... stablehlo.scatter.Node number 7 (STABLEHLO_SCATTER) failed to prepare."))
     assert message.startswith("artifact does not run in its runtime: runtime refuses op STABLEHLO_SCATTER")
@@ -323,7 +323,7 @@ def test_stateful_model_matches_on_every_target(tmp_path):
 
 
 def test_a_rewrite_name_registers_once():
-    from edgeport.export.rewrites.registry import rewrite
+    from edgeport.targets.rewrites.registry import rewrite
 
     with pytest.raises(ValueError, match="registered twice"):
         @rewrite("histc_onehot", ops=("aten.histc.default",), fixes="a second histc pass")

@@ -16,8 +16,8 @@ def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
     import structure
 
     package = tmp_path / "edgeport"
-    (package / "export").mkdir(parents=True)
-    (package / "export" / "registry.py").write_text('TARGET_MODULES = {\n    "lite": "edgeport.export.lite",\n}\n')
+    (package / "targets").mkdir(parents=True)
+    (package / "targets" / "registry.py").write_text('TARGET_MODULES = {\n    "lite": "edgeport.targets.lite",\n}\n')
     (package / "a.py").write_text("from edgeport import b\nNAME = 'lite'\n" + "def f():\n" + "    x = 1\n" * 60)
     (package / "b.py").write_text("from edgeport import a\n")
     found = structure.problems(package)

@@ -14,8 +14,8 @@ import torch
 
 from conftest import REPO, read_report, run_cli
 from edgeport import api
-from edgeport.export import registry
-from edgeport.export.rewrites import PROGRAM_PASSES, REWRITES
+from edgeport.targets import registry
+from edgeport.targets.rewrites import PROGRAM_PASSES, REWRITES
 
 MODELS = REPO / "tests" / "models.py"
 TARGETS = registry.target_names()
@@ -127,6 +127,14 @@ def test_declares_only_rewrites_that_exist(name):
     target = registry.get_target(name)
     assert set(target.rewrites) <= set(REWRITES) | set(PROGRAM_PASSES)
     assert target.runners and target.variants and target.default_variant == target.variants[0]
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_every_variant_has_its_own_budget(name):
+    """Forward and text-generation variants alike: the budget is the target's, never a silent fp32 fallback."""
+    target = registry.get_target(name)
+    assert set(target.every_variant) <= set(target.budgets)
+    assert all(target.budget(v) and target.budget(v) is not target.budgets[v] for v in target.every_variant)
 
 
 def test_an_unknown_rewrite_fails_at_definition():

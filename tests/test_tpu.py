@@ -64,8 +64,9 @@ def _assert_loader_round_trip(folder, name, batches=(1,)):
 import sys, json, numpy as np
 sys.path.insert(0, {str(REPO / 'tests')!r})
 import torch, models
-from edgeport.runtimes.jax_xla import load, prefer_cpu_backend
-from edgeport.runtimes.torch_eager import flatten_outputs
+from edgeport.targets._jax import prefer_cpu_backend
+from edgeport.targets.tpu.runtime import load
+from edgeport.core.eager import flatten_outputs
 prefer_cpu_backend()
 module, example = models.{name}()
 model, errors, counts = load({str(folder)!r}), [], []
@@ -123,8 +124,8 @@ def test_out_of_hbm_fails_only_that_topology(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from edgeport.export import tpu, tpu_aot
-    from edgeport.runtimes.jax_xla import libtpu_compile_env, prefer_cpu_backend
+    from edgeport.targets.tpu import aot as tpu_aot, target as tpu
+    from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
     libtpu_compile_env()
@@ -194,9 +195,9 @@ def test_mutated_buffers_do_not_become_outputs():
     and an input returns its 2 outputs, not 4, and the right ones."""
     import torch
 
-    from edgeport.export.program import export_program
-    from edgeport.export.tpu import lower_program
-    from edgeport.runtimes.jax_xla import prefer_cpu_backend
+    from edgeport.core.program import export_program
+    from edgeport.targets.tpu.target import lower_program
+    from edgeport.targets._jax import prefer_cpu_backend
 
     prefer_cpu_backend()
     module, args = _eager("cache_step")
@@ -236,7 +237,7 @@ def _reference(samples):
 @pytest.mark.parametrize("engine", ["torch_tpu", "jax"])
 def test_tpu_host_worker_with_fake_device(two_io_dir, engine):
     """The TPU-host path up to the hardware: subprocess, environment, .npz files, outputs back in order."""
-    from edgeport.runtimes.torch_tpu import FAKE_DEVICE_ENV, run_in_worker
+    from edgeport.targets.tpu.device import FAKE_DEVICE_ENV, run_in_worker
 
     artifact = two_io_dir / ("exported.pt2" if engine == "torch_tpu" else "tpu/fp32")
     samples = _samples()
@@ -251,7 +252,7 @@ def test_tpu_host_worker_with_fake_device(two_io_dir, engine):
 
 @pytest.mark.parametrize("fake,needle", [("hang", "timed out after 5 s"), ("abort", "SIGABRT")])
 def test_tpu_host_worker_hang_and_crash_stay_in_the_worker(two_io_dir, fake, needle):
-    from edgeport.runtimes.torch_tpu import FAKE_DEVICE_ENV, run_in_worker
+    from edgeport.targets.tpu.device import FAKE_DEVICE_ENV, run_in_worker
 
     result = run_in_worker("torch_tpu", two_io_dir / "exported.pt2", _samples(), timeout=5, env={FAKE_DEVICE_ENV: fake})
     assert not result["ok"] and needle in result["error"]
@@ -259,7 +260,7 @@ def test_tpu_host_worker_hang_and_crash_stay_in_the_worker(two_io_dir, fake, nee
 
 def test_worker_without_tpu_says_so(two_io_dir):
     """The real device check (no fake): jax on this host sees no TPU, reported in one line."""
-    from edgeport.runtimes.torch_tpu import run_in_worker
+    from edgeport.targets.tpu.device import run_in_worker
 
     result = run_in_worker("jax", two_io_dir / "tpu/fp32", _samples()[:1], timeout=300,
                            env={"JAX_PLATFORMS": "cpu"})
@@ -269,7 +270,7 @@ def test_worker_without_tpu_says_so(two_io_dir):
 def test_convert_on_a_fake_tpu_host_reports_measured_runs(tmp_path, monkeypatch):
     """Detection says TPU present (test hook) -> both engines run in workers, parity judged per engine."""
     from edgeport import api
-    from edgeport.runtimes.torch_tpu import FAKE_DEVICE_ENV
+    from edgeport.targets.tpu.device import FAKE_DEVICE_ENV
 
     monkeypatch.setenv(FAKE_DEVICE_ENV, "cpu")
     result = api.convert(api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["tpu"], latency=False,
@@ -283,8 +284,8 @@ def test_convert_on_a_fake_tpu_host_reports_measured_runs(tmp_path, monkeypatch)
 
 def test_worker_env_drops_compile_only_settings(monkeypatch):
     """edgeport's process sets libtpu up for compile-only use; a worker that owns real chips must not inherit it."""
-    from edgeport.runtimes import jax_xla
-    from edgeport.runtimes.torch_tpu import worker_env
+    from edgeport.targets.tpu import runtime as jax_xla
+    from edgeport.targets.tpu.device import worker_env
 
     environ = {k: v for k, v in os.environ.items() if k not in ("ALLOW_MULTIPLE_LIBTPU_LOAD", "TPU_WORKER_HOSTNAMES")}
     monkeypatch.setattr(os, "environ", environ)
@@ -297,7 +298,7 @@ def test_worker_env_drops_compile_only_settings(monkeypatch):
 
 
 def test_no_tpu_here_detection(monkeypatch):
-    from edgeport.runtimes.torch_tpu import FAKE_DEVICE_ENV, tpu_host_status
+    from edgeport.targets.tpu.device import FAKE_DEVICE_ENV, tpu_host_status
 
     monkeypatch.delenv(FAKE_DEVICE_ENV, raising=False)  # the real check, not the test hook
     status = tpu_host_status()
@@ -308,11 +309,11 @@ def test_no_tpu_here_detection(monkeypatch):
 
 @pytest.mark.tpu_hardware
 def test_serialized_executable_runs_on_a_real_tpu(two_io_dir):
-    from edgeport.runtimes.torch_tpu import tpu_host_status
+    from edgeport.targets.tpu.device import tpu_host_status
 
     if not tpu_host_status()["tpu_present"] or os.environ.get("EDGEPORT_TPU_FAKE_DEVICE"):
         pytest.skip(NEEDS_TPU)
-    from edgeport.runtimes.jax_xla import load_executable
+    from edgeport.targets.tpu.runtime import load_executable
 
     compiled = load_executable(two_io_dir / "tpu/fp32", "v5e:1x1")
     assert compiled is not None
@@ -322,13 +323,14 @@ def test_artifact_only_conversion_skips_aot_compiles(tmp_path):
     """Parity localization converts many program prefixes: the TPU target must give a runnable artifact
     without paying for the libtpu compiles each time."""
     import models
-    from edgeport.export.program import export_program, signature_of
-    from edgeport.export.registry import ConvertJob, get_target
+    from edgeport.core.program import export_program, signature_of
+    from edgeport.targets.base import ConvertJob
+    from edgeport.targets.registry import get_target
 
     module, args = models.mlp()
     program = export_program(module, args)
     target = get_target("tpu")
-    job = ConvertJob(program, args, signature_of(program), "fp32", tmp_path, {"artifact_only": True})
+    job = ConvertJob(program, args, signature_of(program), "fp32", tmp_path, artifact_only=True)
     converted = target.convert(job)
     assert converted.details["tpu_compile"] == []
     outputs = target.load_runner(converted.artifact, 1).run([a.numpy() for a in args])
@@ -346,7 +348,7 @@ def test_int_inputs_stay_int32_when_another_converter_left_x64_on(tmp_path):
 
     from conftest import write_model_file
     from edgeport import api
-    from edgeport.runtimes.jax_xla import JaxXlaRunner
+    from edgeport.targets.tpu.runtime import JaxXlaRunner
 
     model = write_model_file(tmp_path, (
         "class M(nn.Module):\n"

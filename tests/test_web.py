@@ -45,7 +45,7 @@ def converted(tmp_path_factory):
 
 
 def run_page(out: Path, screenshot: Path) -> dict:
-    from edgeport.web import make_server, page_url, serve_in_thread
+    from edgeport.targets.litert.web import make_server, page_url, serve_in_thread
 
     _require_browser_deps()
     server = make_server(out)
@@ -62,7 +62,7 @@ def run_page(out: Path, screenshot: Path) -> dict:
 
 @pytest.mark.parametrize("name", ["mlp", "two_io"])
 def test_browser_matches_pytorch(converted, name):
-    from edgeport.validate.parity import compare, default_budget
+    from edgeport.validate.parity import FP32, compare
     from edgeport.validate.sample import read_parity_sample
 
     out = converted[name]
@@ -78,7 +78,7 @@ def test_browser_matches_pytorch(converted, name):
     browser = [np.asarray(o["values"], dtype=np.float32).reshape(o["shape"]) for o in result["outputs"]]
     assert [o["name"] for o in result["outputs"]] == [t["name"] for t in artifact["outputs"]]
     assert [b.shape for b in browser] == [r.shape for r in reference]
-    parity = compare([reference], [browser], default_budget("fp32"), [o.get("name") for o in manifest["outputs"]])
+    parity = compare([reference], [browser], dict(FP32), [o.get("name") for o in manifest["outputs"]])
     assert parity["passed"], parity
     # the page's own verdict agrees, and it really ran (timing measured, threads possible: isolated page)
     assert result["passed"] is True and result["maxRelErr"] <= 1e-4
@@ -86,7 +86,7 @@ def test_browser_matches_pytorch(converted, name):
 
 
 def test_page_reports_a_missing_variant(converted):
-    from edgeport.web import make_server, page_url, serve_in_thread
+    from edgeport.targets.litert.web import make_server, page_url, serve_in_thread
 
     _require_browser_deps()
     server = make_server(converted["mlp"])
@@ -150,7 +150,7 @@ def test_page_shows_model_provided_names_as_text(converted, tmp_path):
 def served(tmp_path):
     """A server over a crafted output directory and web root (no conversion): a file, a subdirectory, a
     symlink to a file outside the output directory and one to a file inside it."""
-    from edgeport.web import make_server, serve_in_thread
+    from edgeport.targets.litert.web import make_server, serve_in_thread
 
     web = tmp_path / "web"
     (web / "node_modules" / "@litertjs" / "core").mkdir(parents=True)

@@ -64,7 +64,7 @@ def test_a_crashing_worker_fails_its_row_only(tmp_path, monkeypatch):
 
 # installed as sitecustomize in every process of the run (driver, fork server, workers): torch.onnx refuses
 # the shared program, as it does for some real models, so the ONNX target captures the eager module itself
-REFUSE_SHARED = """import edgeport.export.onnx as onnx_target
+REFUSE_SHARED = """import edgeport.targets.onnx.target as onnx_target
 def _refuse(job):
     raise RuntimeError("the shared program is refused")
 onnx_target._export_shared = _refuse
@@ -148,7 +148,7 @@ def test_only_programs_big_enough_split_their_tpu_compiles():
     import torch
 
     import models
-    from edgeport.export.tpu_aot import pieces
+    from edgeport.targets.tpu.aot import pieces
 
     small = torch.export.export(*models.mlp())
     namespace = {"torch": torch, "nn": torch.nn}

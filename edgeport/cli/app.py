@@ -67,7 +67,7 @@ def with_progress(work):
     line + exit 2, our own bugs one line + exit 1."""
     from rich.console import Console
 
-    from edgeport.pipeline.proc import terminal_stream
+    from edgeport.core.proc import terminal_stream
 
     console = Console(file=terminal_stream(2), stderr=True)
     steps = Console(file=terminal_stream(1), highlight=False)
@@ -122,7 +122,7 @@ def escape(text: str) -> str:
 def with_target_options(command):
     """Add every registered target's own options (``TargetOption``) to ``command``'s flags; the command
     receives them as one ``target_options`` dict keyed by option key."""
-    from edgeport.export.registry import all_options
+    from edgeport.targets.registry import all_options
 
     options = all_options()
     params = [p for p in inspect.signature(command).parameters.values() if p.name != "target_options"]

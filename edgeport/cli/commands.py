@@ -14,7 +14,7 @@ from edgeport.cli.app import (BASELINE_OPTION, BUDGET_OPTION, CONFIG_OPTION, DAT
                               with_progress, with_target_options)
 from edgeport.cli.summary import print_findings, print_sensitivity, print_summary
 from edgeport.pipeline.run import RUN_LOG
-from edgeport.export.registry import DEFAULT_TARGET
+from edgeport.targets.registry import DEFAULT_TARGET
 
 
 @app.command()
@@ -174,7 +174,7 @@ def exported_or_exit_1(work):
 def check_sensitivity(source, targets: list[str], variants: list[str], judge, calibration_data, asked: bool) -> None:
     """``check --sensitivity``: the per-layer table of every (target, variant) that can keep layers float."""
     from edgeport.errors import UsageError
-    from edgeport.quantize.check import sensitivity_tables
+    from edgeport.pipeline.sensitivity import sensitivity_tables
 
     def work(progress):
         if not asked:

@@ -22,7 +22,7 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of lines"),
 ) -> None:
     """Generate greedily from a prompt with DIR's artifact for --target; print the ids (and the text)."""
-    from edgeport.generative import generate as gen
+    from edgeport.pipeline.tasks.text_generation import generate as gen
 
     count = parse_threads(threads)
     result = with_progress(lambda progress: gen.generate(directory, target, variant, prompt_ids, prompt, max_new,

@@ -15,7 +15,7 @@ from edgeport.errors import UsageError
 @app.command()
 def targets() -> None:
     """List targets, their variants and whether they are installed (the capability table)."""
-    from edgeport.export.registry import all_targets
+    from edgeport.targets.registry import all_targets
 
     rows = [[t.name, ", ".join(t.variants), ", ".join(t.generation().variants) if t.generative else "–",
              "yes" if not t.missing_requirements() else f"no — {t.install_hint}", t.description] for t in all_targets()]
@@ -29,7 +29,7 @@ def serve_web(
     variant: Optional[str] = typer.Option(None, "--variant", help="LiteRT variant the page runs (default fp32)"),
 ) -> None:
     """Serve the LiteRT.js web sample (samples/web) for OUT on localhost and print its URL."""
-    from edgeport.web import make_server, page_url
+    from edgeport.targets.litert.web import make_server, page_url
 
     try:
         server = make_server(out, port=port)

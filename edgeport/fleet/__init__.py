@@ -34,7 +34,7 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
     from edgeport.fleet.run import run_fleet
     from edgeport.fleet.spec import read_fleet
     from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA, check_output_dir, check_own_files
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
 
     out = Path(out)
     check_output_dir(out, force, [Path(path)])

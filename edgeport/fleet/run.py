@@ -16,9 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from edgeport.diagnostics import first_line
-
-LATENCY_NOTE = ("latency measured while other fleet tasks shared the machine: compare latencies with "
-                "`edgeport validate` on a quiet machine")
+from edgeport.pipeline.validate import LATENCY_NOTE  # noqa: F401  (added to fleet rows; validate strips it)
 
 
 @dataclass
@@ -161,7 +159,7 @@ class Scheduler:
 def finish_model(run: ModelRun, meta: dict) -> dict:
     import shutil
 
-    from edgeport.export.program import Signature, TensorInfo
+    from edgeport.core.program import Signature, TensorInfo
     from edgeport.pipeline.outdir import publish
     from edgeport.pipeline.run import Prepared, finish, write_failed
     from edgeport.pipeline.task import INPUTS_FILE, collect, open_cache

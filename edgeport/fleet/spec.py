@@ -204,7 +204,7 @@ def _value(key: str, value, kind, base: Path, label: str):
 
 def _option_value(key: str, value, label: str):
     """A target's own option (``nhwc``, ``onnx_int8``, ``tpu_topology``), typed as its flag is."""
-    from edgeport.export.registry import all_options
+    from edgeport.targets.registry import all_options
 
     option = {o.key: o for o in all_options()}[key]
     if option.multiple:
@@ -219,13 +219,13 @@ def _option_value(key: str, value, label: str):
 
 
 def _with_defaults(values: dict) -> dict:
-    from edgeport.export.registry import all_options
+    from edgeport.targets.registry import all_options
 
     return {o.key: values.get(o.key, o.default) for o in all_options()}
 
 
 def _check_keys(table: dict, known, label: str) -> None:
-    from edgeport.export.registry import all_options
+    from edgeport.targets.registry import all_options
 
     names = set(known) | {o.key for o in all_options()}
     for key in table:

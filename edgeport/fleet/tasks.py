@@ -35,10 +35,10 @@ def export_model(payload: dict):
     stage (load or export) that failed and why; ``blob`` holds the files' bytes when shipping."""
     from edgeport.diagnostics import first_line
     from edgeport.errors import ExportFailed, UsageError
-    from edgeport.export.registry import get_target
+    from edgeport.targets.registry import get_target
     from edgeport.pipeline import task
     from edgeport.pipeline.plan import load_user_decompositions
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, prepare
     from edgeport.quantize.policy import parse_policy
 

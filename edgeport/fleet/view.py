@@ -19,7 +19,7 @@ class View:
     def __init__(self):
         from rich.console import Console
 
-        from edgeport.pipeline.proc import terminal_stream
+        from edgeport.core.proc import terminal_stream
 
         # streams on what fds 1 and 2 are now: the run redirects them into fleet.log while Ray runs
         self.console = Console(file=terminal_stream(2), stderr=True)

@@ -25,7 +25,7 @@ def loader(source: dict | None, session):
 def reload_module(source: dict, session):
     """The user's model loaded again as the driver loaded it, with the program's weights; None (and the
     reason) when it does not reproduce the reference."""
-    from edgeport.export.rewrites import apply_module_rewrites
+    from edgeport.targets.rewrites import apply_module_rewrites
     from edgeport.sources import SourceOptions, load_model
 
     opts = SourceOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in source.items()})
@@ -42,7 +42,7 @@ def reproduces_reference(module, session) -> bool:
     import numpy as np
 
     from edgeport.pipeline.plan import fixed_threads
-    from edgeport.runtimes.torch_eager import EagerRunner
+    from edgeport.core.eager import EagerRunner
 
     eager = EagerRunner(module, [i.dtype for i in session.signature.inputs], fixed_threads(session.judge.threads))
     got, want = eager.run(session.samples[0]), session.reference[0]

@@ -9,8 +9,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeport.export.registry import DEFAULT_TARGET
-from edgeport.generative.options import GenerationOptions
+from edgeport.targets.registry import DEFAULT_TARGET
+from edgeport.pipeline.tasks.text_generation.plan import GenerationOptions
 from edgeport.sources.spec import SourceOptions
 
 

@@ -30,15 +30,18 @@ class Plan:
     budget_flags: list
     baseline: Baseline | None = None
     decompositions: dict = field(default_factory=dict)
-    generation: object = None          # edgeport.generative.options.GenerationPlan for --task text-generation
+    generation: object = None          # edgeport.pipeline.tasks.text_generation.plan.GenerationPlan for --task text-generation
     fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # --fallback / --fallback-max
+    task: object = None                # edgeport.pipeline.tasks.Task: forward or text-generation
+    skipped: list = field(default_factory=list)   # (Target, variant, why): requested rows the task cannot build
 
 
 def plan(opts: ConvertOptions) -> Plan:
     from edgeport.config import load_config, parse_budget_flags
     from edgeport.pipeline.outdir import check_junit, check_output_dir, input_paths
 
-    from edgeport.generative.options import plan_generation
+    from edgeport.pipeline.tasks import get_task
+    from edgeport.pipeline.tasks.text_generation.plan import plan_generation
 
     targets = requested_targets(opts.targets)
     generation = plan_generation(opts, targets)
@@ -58,11 +61,12 @@ def plan(opts: ConvertOptions) -> Plan:
     check_junit(opts.output.junit)
     config = load_config(opts.judge.config)
     return Plan(rows, config, parse_budget_flags(opts.judge.budgets), read_baseline(opts.judge.baseline, config),
-                load_user_decompositions(opts.source.decompositions), generation, fallback)
+                load_user_decompositions(opts.source.decompositions), generation, fallback,
+                get_task("text-generation" if generation else "forward"), generation.skipped if generation else [])
 
 
 def requested_targets(names) -> list:
-    from edgeport.export.registry import get_target, target_names
+    from edgeport.targets.registry import get_target, target_names
 
     if not names:
         raise UsageError(f"no --target given; known targets: {', '.join(target_names())}")
@@ -95,7 +99,7 @@ def check_fallback(opts: ConvertOptions, rows: list, generative: bool = False) -
 
 
 def check_dynamic(dynamic) -> None:
-    from edgeport.export.program import DYNAMIC_DIMS
+    from edgeport.core.program import DYNAMIC_DIMS
 
     unknown = [d for d in dynamic if d not in DYNAMIC_DIMS]
     if unknown:
@@ -154,6 +158,6 @@ def read_baseline(path: Path | None, config: dict) -> Baseline | None:
 def load_user_decompositions(path_text: str | None) -> dict:
     if not path_text:
         return {}
-    from edgeport.export.rewrites import load_decompositions
+    from edgeport.targets.rewrites import load_decompositions
 
     return load_decompositions(path_text)

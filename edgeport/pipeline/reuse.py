@@ -1,7 +1,7 @@
 """Reusing an earlier conversion of the same thing: the cache key of a row, convert-or-reuse, cached verdicts.
 
 What decides a row's artifact, and so goes into its key: the exported program (graph, weights, I/O
-signature: :func:`edgeport.export.program.fingerprint`), and the program the target really converts when
+signature: :func:`edgeport.core.program.fingerprint`), and the program the target really converts when
 its rewrite passes changed it; the target, the variant and the target's own options (plus ``--dynamic``);
 the calibration samples for variants that calibrate; the installed versions of torch, the target's
 libraries and what those require directly; edgeport's version and a hash of its own source (an edit during
@@ -79,14 +79,14 @@ def arrays_hash(samples) -> str:
 
 def row_key_parts(target, job, session, prepared) -> dict:
     """Everything that decides the artifact of ``target`` / ``job.variant`` (see the module docstring)."""
-    from edgeport.export.program import fingerprint
+    from edgeport.core.program import fingerprint
 
     options = {o.key: job.options.get(o.key) for o in target.options}
-    options["dynamic"] = sorted(job.options.get("dynamic") or [])
+    options["dynamic"] = sorted(job.dynamic or [])
     calibrated = target.calibrated_variants is None or job.variant in target.calibrated_variants
     if calibrated:
-        options["calibration"] = arrays_hash(job.options.get("calibration"))
-        options["calibration_is_real"] = bool(job.options.get("calibration_is_real"))
+        options["calibration"] = arrays_hash(job.calibration)
+        options["calibration_is_real"] = job.calibration_is_real
     rewritten = fingerprint(prepared.program, session.signature) if prepared.applied else None
     return {"kind": "row", "program": session.program_id, "rewrites": list(target.rewrites),
             "applied": list(prepared.applied), "rewritten": rewritten, "target": target.name,
@@ -98,13 +98,11 @@ def row_key(target, variant: str, session, override: dict | None = None) -> str 
     """The key :func:`convert_or_reuse` will use for this row (with ``override`` applied to the target's
     options, for one piece of a split conversion); None with the cache off."""
     from edgeport.cache import key_of
-    from edgeport.export.registry import ConvertJob
 
     if session.cache is None or session.program_id is None:
         return None
     prepared = session.rewrites.for_target(target)
-    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, Path("."),
-                     {**session.job_options(), **(override or {})})
+    job = session.convert_job(target, variant, Path("."), override=override)
     return key_of(row_key_parts(target, job, session, prepared))
 
 
@@ -140,7 +138,7 @@ def produced(before: dict, directory: Path, variant: str) -> list[str]:
 def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[object, str | None]:
     """``target.convert(job)``, or the cached result of the same conversion. Returns (Converted, key);
     ``state["cache"]`` says hit, miss or off as soon as it is known (a failed conversion is a miss too)."""
-    from edgeport.export.registry import Converted
+    from edgeport.targets.base import Converted
 
     cache = session.cache
     if cache is None or session.program_id is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeport.diagnostics import first_line
-from edgeport.pipeline.proc import redirected
+from edgeport.core.proc import redirected
 from edgeport.pipeline.session import Session
 
 OMIT_WHEN_NONE = ("diverged_at", "runner_choice", "parity_sample", "sha256", "check_seconds")
@@ -77,57 +77,57 @@ class Row:
         return cls(**known, details={k: v for k, v in data.items() if k not in names})
 
 
-def run_row(target, variant: str, session: Session, staging: Path, budget: dict, required: bool = True) -> Row:
-    """Convert, load, check and time one (target, variant)."""
-    from edgeport.export.registry import ConvertJob
-    from edgeport.pipeline.reuse import convert_or_reuse, keep_verdict, reused_verdict
-
-    row = Row(target.name, variant, required=required)
+def skip_reason(target) -> str | None:
+    """The one skip rule: a target whose libraries are not installed is skipped, with its install hint."""
     missing = target.missing_requirements()
-    if missing:
-        row.status, row.error = "skipped", f"not installed ({', '.join(missing)}): {target.install_hint}"
+    return f"not installed ({', '.join(missing)}): {target.install_hint}" if missing else None
+
+
+class BuildFailed(Exception):
+    """A task's build hook could not produce the artifact: the row's error and the job's notes so far."""
+
+    def __init__(self, message: str, notes: list[str]):
+        super().__init__(message)
+        self.notes = notes
+
+
+def run_row(target, variant: str, session, staging: Path, budget: dict, required: bool = True, task=None) -> Row:
+    """One (target, variant) of ``task`` (forward when None): build -> judge, timed, logged to its own file;
+    any failure stays in the row."""
+    from edgeport.pipeline.tasks import get_task
+
+    task = task or get_task("forward")
+    row = Row(target.name, variant, required=required)
+    skipped = skip_reason(target)
+    if skipped:
+        row.status, row.error = "skipped", skipped
         return row
     out_dir = staging / target.name
     out_dir.mkdir(exist_ok=True)
-    log = out_dir / f"convert_{variant}.log"
+    log = out_dir / f"{task.log_prefix}_{variant}.log"
     start = time.perf_counter()
-    prepared = session.rewrites.for_target(target)
-    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, variant, out_dir,
-                     session.job_options(), notes=list(prepared.notes), cache=session.cache,
-                     module=None if prepared.applied else session.module,  # the module lacks the program's rewrites
-                     load_module=None if prepared.applied else session.load_module)
-    row.rewrites = [*session.module_rewrites, *prepared.applied]
-    budget = budget_after_rewrites(budget, prepared)
     try:
         with redirected(log):  # row.details["cache"]: hit, miss or off
-            converted, key = convert_or_reuse(target, job, session, prepared, row.details)
-    except Exception as exc:
-        row.status, row.error = "failed", conversion_error(exc, prepared.program)
-        row.note(*job.notes)
+            built = task.build(row, target, variant, session, out_dir, budget)
+    except BuildFailed as exc:
+        row.status, row.error = "failed", str(exc)
+        row.note(*exc.notes)
         return row
-    record_artifact(row, converted, staging, start)
-    row.note(*job.notes)
+    record_artifact(row, built.converted, staging, start)
+    row.note(*built.notes)
     start = time.perf_counter()
     with redirected(log):  # runtimes log too (e.g. delegate creation)
-        if not reused_verdict(row, key, session, budget):
-            row.apply(judge_artifact(target, converted.artifact, session, budget))
-            explained = quantization_explains(row, target, job, session, budget, staging)
-            if not explained and row.parity and not row.parity["passed"] and session.judge.localize and \
-                    converter_to_blame(row.parity):
-                localize(row, target, job, session, budget)
-            if not (row.details.get("quantization") or {}).get("float_layers"):  # else a rebuilt artifact
-                keep_verdict(row, key, session, budget)
+        task.judge(row, target, built, session, staging)
+    if built.converted.parity_caveat and row.error and row.error.startswith("parity:"):
+        row.error += f" ({built.converted.parity_caveat})"
     row.check_seconds = round(time.perf_counter() - start, 3)
-    if row.io:
-        row.parity_sample = parity_sample_for(out_dir, row, session, staging)
     return row
 
 
 def record_artifact(row: Row, converted, staging: Path, start: float) -> None:
     row.convert_seconds = round(time.perf_counter() - start, 3)
     row.artifact = str(converted.artifact.relative_to(staging))
-    row.size_bytes = converted.artifact.stat().st_size
-    row.sha256 = sha256_of(converted.artifact)
+    row.size_bytes, row.sha256 = digest_of(converted.artifact)
     row.details.update(converted.details)
     row.rewrites.extend(r for r in converted.rewrites if r not in row.rewrites)
 
@@ -207,29 +207,40 @@ def localize(row: Row, target, job, session: Session, budget: dict) -> None:
         row.error = f"{row.error}; first diverging layer: {at}"
 
 
-def parity_sample_for(target_dir: Path, row: Row, session: Session, staging: Path) -> str | None:
+def parity_sample_for(target, target_dir: Path, row: Row, session: Session, staging: Path) -> str | None:
     """The target's parity sample (written by its first artifact that ran), if this artifact can take it."""
     from edgeport.validate.sample import DIRNAME, fits, write_parity_sample
 
     index = target_dir / DIRNAME / "index.json"
     try:
         if not index.exists():
-            write_parity_sample(target_dir, row.io, row.variant, session.samples[0], session.reference[0])
+            write_parity_sample(target_dir, row.io, row.variant, session.samples[0], session.reference[0],
+                                target.runners[0].sample_layout)
         return str(index.relative_to(staging)) if fits(index, row.io) else None
     except Exception as exc:  # a runtime whose io() numpy cannot read: the artifact is still good
         row.note(f"parity sample not written: {first_line(exc)}")
         return None
 
 
-def sha256_of(path: Path) -> str:
-    """Recorded at conversion so ``validate`` can tell the artifact it judges is the one that was converted."""
+def digest_of(path: Path) -> tuple[int, str]:
+    """(bytes, sha256) of an artifact file, or of every file of an artifact directory (relative paths and
+    contents), so ``validate`` can tell any changed file of a multi-file artifact. The one artifact digest."""
     import hashlib
 
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    def file_sha256(file: Path) -> str:
+        digest = hashlib.sha256()
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+
+    if path.is_file():
+        return path.stat().st_size, file_sha256(path)
+    digest, size = hashlib.sha256(), 0
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path).as_posix()}\0{file_sha256(file)}\n".encode())
+        size += file.stat().st_size
+    return size, digest.hexdigest()
 
 
 def budget_after_rewrites(budget: dict, prepared) -> dict:
@@ -237,10 +248,10 @@ def budget_after_rewrites(budget: dict, prepared) -> dict:
     precise than the reference, and the difference is the model's rounding, not the converter's."""
     if not prepared.reference_precision:
         return budget
-    from edgeport.validate.parity import default_budget
+    from edgeport.validate.parity import REFERENCE_PRECISION
 
     merged = dict(budget)
-    for key, value in default_budget(prepared.reference_precision).items():
+    for key, value in REFERENCE_PRECISION[prepared.reference_precision].items():
         current = merged.get(key)
         merged[key] = value if current is None else (max(current, value) if "err" in key else min(current, value))
     return merged
@@ -249,7 +260,7 @@ def budget_after_rewrites(budget: dict, prepared) -> dict:
 def conversion_error(exc: BaseException, program) -> str:
     """The converter's summary and the user's line, plus what edgeport knows about ops no pass could fix."""
     from edgeport.diagnostics import summary, user_frame, with_location
-    from edgeport.export.rewrites import describe_custom_ops
+    from edgeport.targets.rewrites import describe_custom_ops
 
     hints = describe_custom_ops(program)
     text = with_location(f"conversion failed: {summary(exc)}", user_frame(exc))

@@ -1,5 +1,6 @@
 """The two runs behind the public API: ``convert`` (load -> export once -> every target x variant -> report)
-and ``validate`` (judge the artifacts already in a directory again).
+and ``validate`` (judge the artifacts already in a directory again), for every task (forward,
+text-generation: :mod:`edgeport.pipeline.tasks`).
 
 Both write into a staging directory that replaces the output only when complete, and both send every
 library's output (torch logging, warnings, converter and C++ logs) to the run's log, ``DIR/edgeport.log``:
@@ -14,9 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from edgeport import __version__
-from edgeport.errors import ExportFailed, UsageError
-from edgeport.pipeline.options import ConvertOptions, JudgeOptions
-from edgeport.pipeline.proc import redirected, timed
+from edgeport.errors import ExportFailed
+from edgeport.core.proc import redirected, timed
+from edgeport.pipeline.options import ConvertOptions
+from edgeport.pipeline.report import assemble
+from edgeport.pipeline.tasks import Prepared  # noqa: F401  (what prepare returns; the fleet builds one too)
 
 Progress = Callable[[str], None]
 RUN_LOG = "edgeport.log"
@@ -38,7 +41,7 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     staging = staging_dir(opts.output.out)
     try:
         with redirected(staging / RUN_LOG):
-            report = into(the_plan)(staging, opts, the_plan, progress)
+            report = convert_into(staging, opts, the_plan, progress)
         publish(staging, opts.output.out)
     except BaseException:
         import shutil
@@ -48,35 +51,17 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     return Result(report, opts.output.out, 0 if report["passed"] else 1)
 
 
-def into(the_plan):
-    """The run a plan asks for: one forward export, or prefill/decode programs for --task text-generation."""
-    if the_plan.generation is None:
-        return convert_into
-    from edgeport.generative.run import convert_generation
-
-    return convert_generation
-
-
-@dataclass
-class Prepared:
-    """What the rows of one model share once it is loaded and exported (also what a fleet's export task
-    hands back): the session, the signature, the program's size and fingerprint, the timings so far."""
-
-    session: object
-    signature: object
-    program: dict
-    timings: dict
-
-
 def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progress) -> dict:
-    jobs = row_jobs(opts, the_plan)
+    """The plan's task: prepare (load, export, reference) -> rows -> report and manifest."""
+    task = the_plan.task
+    jobs = row_jobs(opts, the_plan) if task.parallel else 1
     if jobs > 1:
         from edgeport.pipeline.workers import prewarm
 
         prewarm()  # the workers' imports overlap loading and exporting
     timings: dict[str, float] = {}
     try:
-        prepared = prepare(staging, opts, the_plan, progress, timings, workers=jobs > 1)
+        prepared = task.prepare(staging, opts, the_plan, progress, timings, workers=jobs > 1)
     except ExportFailed as exc:
         return write_failed(staging, opts, the_plan, str(exc), timings)
     if jobs > 1:
@@ -88,19 +73,12 @@ def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progre
 
 def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, timings: dict,
             workers: bool = False) -> Prepared:
-    """Load, the one torch.export (saved as ``exported.pt2``), samples and PyTorch's reference."""
-    from edgeport.export.program import fingerprint, save_program, signature_of
-    from edgeport.export.rewrites import apply_module_rewrites
-    from edgeport.sources import load_model
+    """The forward task's preparation: load, the one torch.export (saved as ``exported.pt2``), samples and
+    PyTorch's reference."""
+    from edgeport.core.program import fingerprint, save_program, signature_of
 
-    progress("loading model")
-    with timed(timings, "load"):
-        loaded = load_model(opts.source)
-    module_rewrites = apply_module_rewrites(loaded.module)
-    progress("torch.export")
-    with timed(timings, "export"):
-        program = loaded.program or export(loaded, opts.source.dynamic)
-        save_program(program, staging / "exported.pt2")
+    loaded, program, module_rewrites = load_and_export(opts.source, progress, timings)
+    save_program(program, staging / "exported.pt2")
     signature = signature_of(program, loaded.input_names)
     program_id = fingerprint(program, signature)
     if workers and opts.judge.latency:
@@ -119,16 +97,17 @@ def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timi
 
     rows = [{**failed_row(t.name, v, error), "required": is_required(t.name, v, the_plan.config)}
             for t, v in the_plan.rows]
-    return write_outputs(staging, assemble(opts.source.model, rows, None, the_plan, timings, opts.judge), None,
-                         opts.output.junit)
+    report = assemble(opts.source.model, rows, None, the_plan.task, timings, opts.judge.threads, the_plan.baseline)
+    return write_outputs(staging, report, None, opts.output.junit)
 
 
 def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prepared: Prepared) -> dict:
     from edgeport.validate.report import write_outputs
 
-    report = assemble(opts.source.model, rows, prepared.session, the_plan, prepared.timings, opts.judge,
-                      program=dict(prepared.program))
-    return write_outputs(staging, report, manifest(opts.source.model, prepared.signature, rows), opts.output.junit)
+    task = the_plan.task
+    report = assemble(opts.source.model, rows, prepared.session, task, prepared.timings, opts.judge.threads,
+                      the_plan.baseline, program=dict(prepared.program))
+    return write_outputs(staging, report, task.manifest(opts.source.model, prepared, rows, staging), opts.output.junit)
 
 
 def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, module_rewrites, progress,
@@ -155,15 +134,20 @@ def row_jobs(opts: ConvertOptions, the_plan) -> int:
 
 
 def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]:
+    """Every row of the plan in this process, one after another; then the rows the task cannot build
+    (e.g. a target without text-generation support), skipped with the reason."""
     from edgeport.config import budget_for, is_required
-    from edgeport.pipeline.row import run_row
+    from edgeport.pipeline.row import Row, run_row
 
-    rows = []
+    task, rows = the_plan.task, []
     for target, variant in the_plan.rows:
-        progress(f"{target.name} {variant}")
+        progress(f"{target.name} {variant}" + ("" if task.name == "forward" else f" ({task.name})"))
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
         required = is_required(target.name, variant, the_plan.config)
-        rows.append(run_row(target, variant, session, staging, budget, required).to_json())
+        rows.append(run_row(target, variant, session, staging, budget, required, task).to_json())
+    for target, variant, why in the_plan.skipped:
+        rows.append(Row(target.name, variant, status="skipped", error=why,
+                        required=is_required(target.name, variant, the_plan.config)).to_json())
     return rows
 
 
@@ -192,39 +176,28 @@ def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts
         (staging / task.INPUTS_FILE).unlink(missing_ok=True)
 
 
-def export(loaded, dynamic):
-    """The one torch.export; with ``--dynamic batch`` dim 0 stays symbolic (targets that cannot keep it
-    convert at the example shapes; the report says which dims stayed dynamic on which target)."""
-    from edgeport.export.program import batch_dynamic, export_program
+def load_and_export(source, progress: Progress, timings: dict) -> tuple:
+    """(loaded, program, module rewrites): the one load -> module rewrites -> torch.export that ``convert``,
+    ``check`` and ``quantize --sensitivity`` share. With ``--dynamic batch`` dim 0 stays symbolic (targets
+    that cannot keep it convert at the example shapes; the report says which dims stayed dynamic where)."""
+    from edgeport.core.program import batch_dynamic, export_program
+    from edgeport.sources import load_model
+    from edgeport.targets.rewrites import apply_module_rewrites
 
-    if "batch" not in dynamic:
-        return export_program(loaded.module, loaded.example_inputs)
-    trace_inputs, shapes = batch_dynamic(loaded.example_inputs)
-    return export_program(loaded.module, trace_inputs, dynamic_shapes=shapes)
-
-
-def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | None, judge: JudgeOptions,
-             program: dict | None = None) -> dict:
-    from edgeport.validate.environment import environment
-    from edgeport.validate.report import build_report, finish_report
-
-    libraries = sorted({m for r in rows for m in target_requires(r["target"])})
-    report = build_report(spec, (program or {}).pop("params", None), rows,
-                          session.reference_latency if session else None, session.data if session else None,
-                          timings, environment(judge.threads, libraries), program)
-    return finish_report(report, the_plan.baseline)
-
-
-def target_requires(name: str) -> tuple[str, ...]:
-    from edgeport.export.registry import get_target, target_names
-
-    return get_target(name).requires if name in target_names() else ()
-
-
-def manifest(spec: str, signature, rows: list[dict]) -> dict:
-    from edgeport.validate.report import build_manifest
-
-    return build_manifest(spec, signature, rows)
+    progress("loading model")
+    with timed(timings, "load"):
+        loaded = load_model(source)
+    module_rewrites = apply_module_rewrites(loaded.module)
+    progress("torch.export")
+    with timed(timings, "export"):
+        if loaded.program is not None:
+            program = loaded.program
+        elif "batch" not in source.dynamic:
+            program = export_program(loaded.module, loaded.example_inputs)
+        else:
+            trace_inputs, shapes = batch_dynamic(loaded.example_inputs)
+            program = export_program(loaded.module, trace_inputs, dynamic_shapes=shapes)
+    return loaded, program, module_rewrites
 
 
 def failed_row(target: str, variant: str, error: str) -> dict:
@@ -239,12 +212,3 @@ def param_count(program) -> int:
 
 def stamp() -> dict:
     return {"edgeport_version": __version__, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def check_directory(directory: Path) -> dict:
-    from edgeport.validate.report import read_report_dir
-
-    report = read_report_dir(directory)
-    if not (directory / "exported.pt2").is_file():
-        raise UsageError(f"{directory} has no exported.pt2: nothing to compare the artifacts against")
-    return report

@@ -23,7 +23,7 @@ class RewriteCache:
         self._done: dict = {}
 
     def for_target(self, target):
-        from edgeport.export.rewrites import RewriteFailed, apply_rewrites
+        from edgeport.targets.rewrites import RewriteFailed, apply_rewrites
 
         key = tuple(target.rewrites)
         if key not in self._done:
@@ -67,7 +67,7 @@ class Session:
     def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":
         """Samples (example + seeded random + ``--data``), PyTorch's reference outputs and its latency."""
         from edgeport.pipeline.plan import fixed_threads
-        from edgeport.runtimes.torch_eager import EagerRunner, flatten_inputs, to_numpy
+        from edgeport.core.eager import EagerRunner, flatten_inputs, to_numpy
         from edgeport.validate.data import make_samples, read_data
         from edgeport.validate.latency import measure
 
@@ -87,7 +87,16 @@ class Session:
         extra.setdefault("module", loaded.module)
         return cls(program, example, signature, real + samples, reference, latency, judge, origin, data, **extra)
 
-    def job_options(self) -> dict:
-        """What a target's convert() reads besides the program: its own options, calibration, samples."""
-        return {**self.target_options, "calibration": self.calibration or self.samples, "samples": self.samples,
-                "dynamic": list(self.dynamic), "calibration_is_real": self.calibration is not None}
+    def convert_job(self, target, variant: str, out_dir, budget: dict | None = None, override: dict | None = None):
+        """The one way a :class:`~edgeport.targets.base.ConvertJob` is made: the program as ``target`` needs
+        it (its rewrites), its own options (``override``: one piece of a split conversion), calibration and
+        samples. The eager module rides along only when the program carries no rewrite it lacks."""
+        from edgeport.targets.base import ConvertJob
+
+        prepared = self.rewrites.for_target(target)
+        return ConvertJob(prepared.program, prepared.example_inputs, self.signature, variant, out_dir,
+                          {**self.target_options, **(override or {})}, calibration=self.calibration or self.samples,
+                          calibration_is_real=self.calibration is not None, samples=self.samples,
+                          budget=dict(budget or {}), dynamic=tuple(self.dynamic), notes=list(prepared.notes),
+                          cache=self.cache, module=None if prepared.applied else self.module,
+                          load_module=None if prepared.applied else self.load_module)

@@ -171,8 +171,8 @@ def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path 
 
 def run_task(spec: dict) -> dict:
     """Run one row from its spec; returns the row's JSON. Library output goes to the spec's log."""
-    from edgeport.export.registry import get_target
-    from edgeport.pipeline.proc import redirected
+    from edgeport.targets.registry import get_target
+    from edgeport.core.proc import redirected
     from edgeport.pipeline.row import run_row
 
     if spec.get("schema") != SCHEMA:
@@ -192,14 +192,11 @@ def run_task(spec: dict) -> dict:
 def run_piece(target, spec: dict, session, work: Path) -> dict:
     """A piece > 0 of a split conversion: convert only (no judging), report its details and notes."""
     from edgeport.diagnostics import first_line
-    from edgeport.export.registry import ConvertJob
-    from edgeport.pipeline.proc import redirected
+    from edgeport.core.proc import redirected
 
-    prepared = session.rewrites.for_target(target)
     out_dir = work / target.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    job = ConvertJob(prepared.program, prepared.example_inputs, session.signature, spec["variant"], out_dir,
-                     session.job_options(), cache=session.cache)
+    job = session.convert_job(target, spec["variant"], out_dir)
     try:
         with redirected(out_dir / f"convert_{spec['variant']}.piece{spec['piece']}.log"):
             converted = target.convert(job)
@@ -212,13 +209,13 @@ def restore_session(spec: dict):
     """The driver's Session, rebuilt from the files and values in ``spec``."""
     import dataclasses
 
-    from edgeport.export.program import Signature, TensorInfo
+    from edgeport.core.program import Signature, TensorInfo
     from edgeport.pipeline import eager
     from edgeport.pipeline.options import JudgeOptions
     from edgeport.pipeline.plan import load_user_decompositions
     from edgeport.pipeline.session import RewriteCache, Session
     from edgeport.quantize.policy import FallbackPolicy
-    from edgeport.runtimes.torch_eager import to_torch
+    from edgeport.core.eager import to_torch
 
     program = load_program(Path(spec["program"]), spec["trust_pickle"])
     info = lambda d: TensorInfo(d["name"], tuple(d["shape"]), d["dtype"])  # noqa: E731

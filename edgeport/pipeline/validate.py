@@ -1,55 +1,65 @@
-"""``edgeport validate DIR``: judge the artifacts already in DIR again — parity against ``exported.pt2`` and
-latency, with today's samples, data, budgets and threads — without converting. A missing, corrupt or
-changed artifact fails its row with a message saying which."""
+"""``edgeport validate DIR``: judge the artifacts already in DIR again — against the reference DIR's task
+reads back (``exported.pt2``; the prefill/decode programs of a text-generation run) — with today's samples,
+data, budgets and threads, without converting. A missing, corrupt or changed artifact fails its row with a
+message saying which."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
+from edgeport.config import budget_for, is_required
+from edgeport.core.proc import redirected
+from edgeport.errors import UsageError
 from edgeport.pipeline.options import JudgeOptions
-from edgeport.pipeline.proc import redirected
-from edgeport.pipeline.run import RUN_LOG, Progress, Result, check_directory, param_count, stamp
 from edgeport.pipeline.outdir import check_own_files
+from edgeport.pipeline.report import assemble
+from edgeport.pipeline.run import RUN_LOG, Progress, Result, param_count, stamp
 from edgeport.validate.report import artifact_in, validate_writes
 
 
-@dataclass(frozen=True)
-class Context:
-    session: object
-    directory: Path
-    config: dict
-    flags: list
+# what a fleet (edgeport.fleet.run) notes on rows timed while other tasks shared the machine
+LATENCY_NOTE = ("latency measured while other fleet tasks shared the machine: compare latencies with "
+                "`edgeport validate` on a quiet machine")
 
 
 def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, trust_pickle: bool = False,
              progress: Progress | None = None) -> Result:
+    """Judge every artifact of ``directory`` again against the reference its task reads back from it."""
     from edgeport.pipeline.plan import rejudge_settings
-
-    from edgeport.generative.validate import is_generative_dir, validate_generation
+    from edgeport.pipeline.tasks import task_for_directory
+    from edgeport.validate.report import read_report_dir, write_outputs
 
     progress = progress or (lambda _msg: None)
     directory = Path(directory)
-    if is_generative_dir(directory):  # prefill/decode artifacts: judged by the tokens they generate
-        return validate_generation(directory, judge, junit, trust_pickle, progress)
-    old = check_directory(directory)
+    task = task_for_directory(directory)
+    old = read_report_dir(directory)
+    if not task.owns_directory(directory):
+        raise UsageError(f"{directory} has no exported.pt2: nothing to compare the artifacts against")
     check_own_files(directory, [RUN_LOG, *validate_writes(junit)])
     config, flags, baseline = rejudge_settings(judge, junit)
     with redirected(directory / RUN_LOG):
-        report = revalidate(old, directory, judge, config, flags, baseline, trust_pickle, progress)
-        from edgeport.validate.report import write_outputs
-
+        session, program = task.reference_from(directory, judge, trust_pickle, progress)
+        rows = []
+        budget = lambda r: budget_for(r.target, r.variant, config, flags)  # noqa: E731
+        for row in old["targets"]:
+            progress(f"{row['target']} {row['variant']}" + ("" if task.name == "forward" else f" ({task.name})"))
+            rows.append({**rejudge(row, task, session, directory, budget),
+                         "required": is_required(row["target"], row["variant"], config)})
+        report = assemble(old["model"]["spec"], rows, session, task, None, judge.threads, baseline,
+                          program=program, params=old["model"].get("params"))
+        report["validated"] = {**stamp(), "threads": judge.threads, "samples": samples_of(session)}
         report = write_outputs(directory, report, None, junit)
     return Result(report, directory, 0 if report["passed"] else 1)
 
 
-def revalidate(old: dict, directory: Path, judge: JudgeOptions, config: dict, flags, baseline, trust_pickle: bool,
-               progress: Progress) -> dict:
-    from edgeport.config import is_required
-    from edgeport.export.program import fingerprint, signature_of
-    from edgeport.pipeline.plan import Plan
-    from edgeport.pipeline.run import assemble
+def samples_of(session) -> int:
+    return len(getattr(session, "samples", None) or getattr(session, "prompts", None) or [])
+
+
+def forward_reference(directory: Path, judge: JudgeOptions, trust_pickle: bool, progress: Progress) -> tuple:
+    """The forward task's reference: ``exported.pt2`` loaded (inspected, no unpickling unless trusted)."""
+    from edgeport.core.program import fingerprint, signature_of
     from edgeport.pipeline.session import Session
     from edgeport.sources import SourceOptions, load_model
 
@@ -58,15 +68,7 @@ def revalidate(old: dict, directory: Path, judge: JudgeOptions, config: dict, fl
     program = loaded.program
     signature = signature_of(program, manifest_input_names(directory))
     session = Session.start(loaded, program, signature, judge, progress)
-    context = Context(session, directory, config, flags)
-    rows = []
-    for row in old["targets"]:
-        progress(f"{row['target']} {row['variant']}")
-        rows.append({**rejudge(row, context), "required": is_required(row["target"], row["variant"], config)})
-    report = assemble(old["model"]["spec"], rows, session, Plan([], config, flags, baseline), None, judge,
-                      program={"params": param_count(program), **fingerprint(program, signature)})
-    report["validated"] = {**stamp(), "threads": judge.threads, "samples": len(session.samples)}
-    return report
+    return session, {"params": param_count(program), **fingerprint(program, signature)}
 
 
 def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
@@ -77,10 +79,10 @@ def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
         return None  # the program's own placeholder names then
 
 
-def rejudge(data: dict, context: Context) -> dict:
-    from edgeport.config import budget_for
-    from edgeport.export.registry import get_target, target_names
-    from edgeport.pipeline.row import Row, judge_artifact, sha256_of
+def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
+    """One row judged again by its task; a missing or changed artifact fails it, saying which."""
+    from edgeport.pipeline.row import Row, digest_of, skip_reason
+    from edgeport.targets.registry import get_target, target_names
 
     # what the last judging said about itself goes: a cached verdict (--reuse-verdict) is measured again here
     row = Row.from_json({k: v for k, v in data.items() if k not in ("regressions", "runner_choice", "verdict")})
@@ -89,19 +91,16 @@ def rejudge(data: dict, context: Context) -> dict:
     if row.target not in target_names():
         return failed(row, f"unknown target {row.target!r} in this edgeport")
     target = get_target(row.target)
-    missing = target.missing_requirements()
-    if missing:
-        row.status, row.error = "skipped", f"not installed ({', '.join(missing)}): {target.install_hint}"
+    skipped = skip_reason(target)
+    if skipped:
+        row.status, row.error = "skipped", skipped
         return row.to_json()
-    path = artifact_in(context.directory, row.artifact)
-    if path is None or not path.is_file():
+    path = artifact_in(directory, row.artifact)
+    if path is None or not path.exists():
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
-    row.size_bytes = path.stat().st_size
-    row.notes = fresh_notes(row.notes)
-    budget = budget_for(row.target, row.variant, context.config, context.flags)
-    row.apply(judge_artifact(target, path, context.session, budget))
-    recorded, digest = row.sha256, sha256_of(path)
+    task.rejudge(row, target, path, session, budget_of(row))
+    recorded, (row.size_bytes, digest) = row.sha256, digest_of(path)
     if recorded and digest != recorded:
         changed = f"sha256 {digest[:12]}… != recorded {recorded[:12]}…"
         error = row.error or ""
@@ -114,7 +113,6 @@ def rejudge(data: dict, context: Context) -> dict:
 def fresh_notes(notes: list[str]) -> list[str]:
     """The row's notes without those about how its last verdict was measured (slower than eager, reused
     from the cache, timed beside other fleet tasks): validate measures again, and says so itself."""
-    from edgeport.fleet.run import LATENCY_NOTE
     from edgeport.pipeline.reuse import REUSED_NOTE
 
     return [n for n in notes if not n.startswith("p50 ") and n not in (REUSED_NOTE, LATENCY_NOTE)]

@@ -25,7 +25,7 @@ from typing import Callable
 # paid once here instead of in every worker). No converter library: some start threads or pick a
 # backend when imported, which a fork must not inherit.
 PRELOAD = ["torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy", "numpy",
-           "edgeport.sources.pt2_archive", "edgeport.export.rewrites", "edgeport.pipeline.task", "edgeport.pipeline.row"]
+           "edgeport.sources.pt2_archive", "edgeport.targets.rewrites", "edgeport.pipeline.task", "edgeport.pipeline.row"]
 POLL_SECONDS = 1.0
 
 

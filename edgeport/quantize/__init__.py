@@ -2,7 +2,7 @@
 the result end to end.
 
 Target-agnostic: a target that can keep chosen layers in float declares it (``Target.float_fallback``, a
-:class:`edgeport.export.registry.FallbackSupport`) and gives a :class:`~edgeport.quantize.layers.LayerQuantizer`
+:class:`edgeport.targets.base.FallbackSupport`) and gives a :class:`~edgeport.quantize.layers.LayerQuantizer`
 that quantizes the program with any set of layers left float, or with only one layer quantized. Everything
 else — sensitivity, the greedy search, the cap, the row's ``quantization`` record — lives here and never
 names a target.

@@ -74,7 +74,7 @@ def _analyse(row, target, job, session, budget, judge, staging, quantizer) -> di
         return compare(session.reference, quantizer.run(session.samples, floats), budget, names)
 
     def confirm(floats):
-        built_job = replace(job, options={**job.options, "float_layers": list(floats)}, notes=[])
+        built_job = replace(job, float_layers=tuple(floats), notes=[])
         converted = target.convert(built_job)
         verdict = judge(target, converted.artifact, session, budget)
         return (converted, verdict, built_job.notes), verdict.parity or {"passed": False}

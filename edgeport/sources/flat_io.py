@@ -82,7 +82,7 @@ def _try_forward(module, args: tuple, kwargs: dict):
 
 
 def _tensor_leaves(out) -> list:
-    from edgeport.runtimes.torch_eager import flatten_outputs
+    from edgeport.core.eager import flatten_outputs
 
     try:
         return flatten_outputs(out)
@@ -140,7 +140,7 @@ def _flat_io_class():
         def forward(self, *tensors):
             from torch.utils._pytree import tree_unflatten
 
-            from edgeport.runtimes.torch_eager import flatten_outputs
+            from edgeport.core.eager import flatten_outputs
 
             leaves = list(self.constants)
             for slot, tensor in zip(self.slots, tensors):

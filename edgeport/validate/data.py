@@ -154,7 +154,7 @@ def _samples_from_callable(where: str, attr: str, signature, flag: str) -> tuple
 
 def _as_numpy(value) -> np.ndarray:
     if hasattr(value, "detach"):
-        from edgeport.runtimes.torch_eager import to_numpy
+        from edgeport.core.eager import to_numpy
 
         return to_numpy(value)
     return np.asarray(value)

@@ -53,7 +53,7 @@ def truncated_program(program, node_name: str, example_inputs: tuple):
     import torch
     from torch.utils._pytree import tree_flatten
 
-    from edgeport.export.program import capture_mode
+    from edgeport.core.program import capture_mode
 
     module = program.module()
     graph = module.graph
@@ -90,7 +90,7 @@ def first_divergent_layer(target, job, sample: list, budget: dict, threads: int,
                           max_steps: int = 12) -> dict | None:
     """Bisect over the layers that feed the failing output; returns the report's ``diverged_at`` entry,
     or None if no layer could be blamed."""
-    from edgeport.runtimes.torch_eager import EagerRunner
+    from edgeport.core.eager import EagerRunner
     from edgeport.validate.parity import compare
 
     upstream = feeding(job.program, output)
@@ -103,7 +103,7 @@ def first_divergent_layer(target, job, sample: list, budget: dict, threads: int,
         reference = EagerRunner(sub.module(), [i.dtype for i in job.signature.inputs], threads).run(sample)
         with tempfile.TemporaryDirectory() as tmp:
             sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[], module=None,  # the cut program only
-                              options={**job.options, "artifact_only": True})
+                              artifact_only=True)
             runner = target.load_runner(target.convert(sub_job).artifact, threads)
             return not compare([reference], [runner.run(sample)], {**budget, "allow_empty": True}, ["layer"])["passed"]
 

@@ -44,24 +44,24 @@ import math
 
 import numpy as np
 
-# Why these numbers: fp32 artifacts reorder float ops (fused kernels, XNNPACK) and land ~1e-6 of the output
-# scale on the probe models, so 1e-4 scaled leaves room without hiding a real bug. fp16/bf16 carry 11/8
-# mantissa bits: ~5e-4/4e-3 per op, accumulated through a network -> judge scaled error loosely and cosine.
-# int8 changes every number by design: absolute error is meaningless, so only direction (cosine) and
-# signal-to-noise gate.
-DEFAULT_BUDGETS: dict[str, dict[str, float]] = {
-    "fp32": {"max_rel_err": 1e-4, "cosine_min": 0.99999},
-    "fp16": {"max_rel_err": 2e-2, "cosine_min": 0.999},
-    "bf16": {"max_rel_err": 5e-2, "cosine_min": 0.995},
-    "weight-int8": {"cosine_min": 0.99, "snr_db_min": 20.0},
-    "dynamic-int8": {"cosine_min": 0.98, "snr_db_min": 15.0},
-    "int8": {"cosine_min": 0.95, "snr_db_min": 10.0},
-    # generative LiteRT: int4 weights in blocks of 32 (dynamic-range); logits of a generated step keep ~0.96-0.99
-    # cosine on the probe models, so tokens (token_agreement_min) and direction gate, not error size
-    "int4-block32": {"cosine_min": 0.95, "snr_db_min": 10.0},
-}
+# The budgets a target declares per variant (Target.budgets), by precision class. Why these numbers: fp32
+# artifacts reorder float ops (fused kernels, XNNPACK) and land ~1e-6 of the output scale on the probe models,
+# so 1e-4 scaled leaves room without hiding a real bug. fp16/bf16 carry 11/8 mantissa bits: ~5e-4/4e-3 per op,
+# accumulated through a network -> judge scaled error loosely and cosine. int8 changes every number by design:
+# absolute error is meaningless, so only direction (cosine) and signal-to-noise gate.
+FP32 = {"max_rel_err": 1e-4, "cosine_min": 0.99999}
+FP16 = {"max_rel_err": 2e-2, "cosine_min": 0.999}
+BF16 = {"max_rel_err": 5e-2, "cosine_min": 0.995}
+WEIGHT_INT8 = {"cosine_min": 0.99, "snr_db_min": 20.0}
+DYNAMIC_INT8 = {"cosine_min": 0.98, "snr_db_min": 15.0}
+STATIC_INT8 = {"cosine_min": 0.95, "snr_db_min": 10.0}
+# int4 weights in blocks (dynamic-range, generative): logits of a generated step keep ~0.96-0.99 cosine on the
+# probe models, so tokens (token_agreement_min) and direction gate, not error size
+INT4_BLOCK = {"cosine_min": 0.95, "snr_db_min": 10.0}
+# a bf16/fp16 model is judged at least as loosely as its own precision (edgeport.pipeline.row)
+REFERENCE_PRECISION = {"bf16": BF16, "fp16": FP16}
 # token_agreement_min: text-generation rows only (share of the reference's greedy tokens reproduced before the
-# first divergence; edgeport.generative.judge gives its per-variant default)
+# first divergence; edgeport.pipeline.tasks.text_generation.judge gives its per-variant default)
 BUDGET_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "topk",
                "token_agreement_min")
 GATE_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "token_agreement_min")
@@ -74,10 +74,6 @@ TINY = 1e-30  # max |reference| below this is no signal (see the module docstrin
 def gates(budget: dict, key: str) -> bool:
     """A budget key gates when it is set and, if the budget names a ``gate`` list, listed there."""
     return key in budget and ("gate" not in budget or key in budget["gate"])
-
-
-def default_budget(variant: str) -> dict[str, float]:
-    return dict(DEFAULT_BUDGETS.get(variant, DEFAULT_BUDGETS["fp32"]))
 
 
 def _finite_pairs(ref: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, bool]:

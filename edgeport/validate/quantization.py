@@ -20,7 +20,7 @@ def _rows_with(report: dict, key: str) -> list[tuple[str, dict]]:
 
 def quantization_sections(report: dict) -> list:
     """Float layers, then the most sensitive layers, then the search steps (tables only when non-empty)."""
-    from edgeport.export.registry import ReportSection
+    from edgeport.validate.sections import ReportSection
 
     floats = [[label, layer["name"], layer["op"], layer.get("source") or "–", _cost(q)]
               for label, q in _rows_with(report, "float_layers") for layer in q["float_layers"]]

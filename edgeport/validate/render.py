@@ -36,29 +36,13 @@ def summary_rows(report: dict) -> list[list[str]]:
     return rows
 
 
-def target_sections(report: dict) -> list:
-    """Every row's target-specific tables, same-titled ones merged (one TPU compile table for all variants),
-    after the generation table of a text-generation run."""
-    from edgeport.export.registry import ReportSection, get_target, target_names
-    from edgeport.generative.report import generation_sections
-
-    merged: dict[str, ReportSection] = {s.title: s for s in generation_sections(report)}
-    for row in report["targets"]:
-        if row.get("target") not in target_names():
-            continue
-        for section in get_target(row["target"]).report_sections(row):
-            if section.title in merged:
-                merged[section.title].rows.extend(section.rows)
-            else:
-                merged[section.title] = ReportSection(section.key, section.title, section.headers, list(section.rows))
-    return list(merged.values())
-
-
 def report_sections(report: dict) -> list:
-    """Target-specific tables, then the quantization tables any quantized row may carry."""
+    """The task's and the targets' tables the report carries (``report["sections"]``), then the quantization
+    tables any quantized row may carry."""
     from edgeport.validate.quantization import quantization_sections
+    from edgeport.validate.sections import stored_sections
 
-    return target_sections(report) + quantization_sections(report)
+    return stored_sections(report) + quantization_sections(report)
 
 
 def headline(report: dict) -> str:

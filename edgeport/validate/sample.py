@@ -2,8 +2,8 @@
 so any runtime outside Python (a browser, a phone) can check itself against PyTorch without edgeport.
 
 Layout: ``DIR/<target>/parity_sample/index.json`` plus one raw little-endian file per tensor. Tensors are in
-the artifact's runtime shapes and dtypes (int64 -> int32, NCHW -> NHWC under ``--nhwc``) so an app feeds
-them as they are; a tensor the artifact quantizes stays float32 and the app applies the scale/zero-point
+the artifact's runtime shapes and dtypes (int64 -> int32; a runtime's own layout, e.g. channel-last, through
+its runner's ``sample_layout``) so an app feeds them as they are; a tensor the artifact quantizes stays float32 and the app applies the scale/zero-point
 that manifest.json gives for it (one sample then serves every variant of the target).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -19,14 +19,20 @@ SCHEMA = "edgeport.parity_sample/1"
 DIRNAME = "parity_sample"
 
 
+Layout = Callable[[np.ndarray, tuple], np.ndarray]   # (array as the model takes it, runtime shape) -> array
+
+
 def write_parity_sample(target_dir: Path, io: dict, variant: str, inputs: Sequence[np.ndarray],
-                        outputs: Sequence[np.ndarray]) -> Path:
-    """Write the sample in ``io``'s runtime form (``Runner.io()``); returns the index path."""
+                        outputs: Sequence[np.ndarray], layout: Layout | None = None) -> Path:
+    """Write the sample in ``io``'s runtime form (``Runner.io()``, ``layout``: the runner's
+    ``sample_layout``); returns the index path."""
     folder = target_dir / DIRNAME
     folder.mkdir(parents=True, exist_ok=True)
+    layout = layout or (lambda array, shape: array)
     index = {"schema": SCHEMA, "variant": variant,
-             "inputs": [_write(folder, f"input_{i}", a, d) for i, (a, d) in enumerate(zip(inputs, io["inputs"]))],
-             "outputs": [_write(folder, f"output_{i}", a, d) for i, (a, d) in enumerate(zip(outputs, io["outputs"]))]}
+             "inputs": [_write(folder, f"input_{i}", a, d, layout) for i, (a, d) in enumerate(zip(inputs, io["inputs"]))],
+             "outputs": [_write(folder, f"output_{i}", a, d, layout)
+                         for i, (a, d) in enumerate(zip(outputs, io["outputs"]))]}
     path = folder / "index.json"
     path.write_text(json.dumps(index, indent=2) + "\n")
     return path
@@ -56,17 +62,11 @@ def _sample_dtype(detail: dict) -> np.dtype:
     return np.dtype(np.float32) if detail.get("quantization") else np.dtype(detail["dtype"])
 
 
-def _write(folder: Path, stem: str, array: np.ndarray, detail: dict) -> dict:
-    array = _runtime_layout(np.asarray(array), tuple(detail["shape"]))
+def _write(folder: Path, stem: str, array: np.ndarray, detail: dict, layout: Layout) -> dict:
+    array = np.asarray(layout(np.asarray(array), tuple(detail["shape"])))
     array = np.ascontiguousarray(array.astype(_sample_dtype(detail).newbyteorder("<")))
     file = f"{stem}.bin"
     (folder / file).write_bytes(array.tobytes())
     return {"name": detail["name"], "file": file, "shape": [int(s) for s in array.shape],
             "dtype": _sample_dtype(detail).name}
 
-
-def _runtime_layout(array: np.ndarray, shape: tuple) -> np.ndarray:
-    """NCHW -> NHWC when that is the artifact's layout; otherwise the array as the model takes it."""
-    if array.ndim == 4 and array.shape != shape and np.transpose(array, (0, 2, 3, 1)).shape == shape:
-        return np.transpose(array, (0, 2, 3, 1))
-    return array

@@ -1,1 +1,0 @@
-"""torch.export front end and one module per deployment target (see registry.py)."""

@@ -1,0 +1,82 @@
+"""The tasks the one pipeline runs: ``forward`` (one program, judged by its outputs) and ``text-generation``
+(prefill/decode programs with a KV cache, judged by the tokens they generate).
+
+Both take the same path — plan -> prepare (load, export once, reference) -> rows (target x variant: build ->
+judge) -> report -> manifest, and ``validate`` judges a directory again the same way. A :class:`Task` is
+only what differs: how the programs and the reference are made, how one row's artifact is built and
+judged, and what the task adds to the report. Like targets, tasks are a table of module paths, each module
+defining ``TASK``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+TASK_MODULES = {
+    "forward": "edgeport.pipeline.tasks.forward",
+    "text-generation": "edgeport.pipeline.tasks.text_generation.task",
+}
+
+
+@dataclass
+class Prepared:
+    """What the rows of one model share once it is loaded and exported (also what a fleet's export task
+    hands back): the session, the signature, the program's size and fingerprint, the timings so far."""
+
+    session: Any
+    signature: Any
+    program: dict
+    timings: dict
+
+
+@dataclass
+class Built:
+    """One row's artifact as the task built it: the target's :class:`~edgeport.targets.base.Converted`, the
+    job it was built from (its notes), the cache key (None: not cached) and the budget the judge applies."""
+
+    converted: Any
+    job: Any
+    budget: dict
+    key: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    # (staging, opts, plan, progress, timings, workers) -> Prepared; raises ExportFailed
+    prepare: Callable[..., Prepared]
+    # (row, target, variant, session, out_dir, budget) -> Built; raises when the target's converter does
+    build: Callable[..., Built]
+    # (row, target, built, session, staging) -> None: the verdict (parity, latency, ...) applied to the row
+    judge: Callable[..., None]
+    # (spec, prepared, rows, staging) -> manifest.json's content, or None
+    manifest: Callable[..., dict | None]
+    # validate DIR: does DIR hold this task's programs; the reference read back from DIR; one artifact judged
+    owns_directory: Callable[[Path], bool]
+    # (directory, judge, trust_pickle, progress) -> (session, program fields for the report)
+    reference_from: Callable[..., tuple]
+    # (row, target, path, session, budget) -> None: the verdict applied to the row
+    rejudge: Callable[..., None]
+    report_block: Callable[[Any], dict] | None = None     # session -> report[name] (e.g. report["generation"])
+    block_key: str | None = None
+    sections: Callable[[dict], list] | None = None       # report -> the task's ReportSections
+    libraries: tuple[str, ...] = ()                      # listed in the report's environment besides the targets'
+    parallel: bool = False                               # rows may run in worker processes
+    log_prefix: str = "convert"
+
+
+def get_task(name: str) -> Task:
+    return importlib.import_module(TASK_MODULES[name]).TASK
+
+
+def task_for_directory(directory: Path) -> Task:
+    """The task whose programs ``directory`` holds (forward, the catch-all, last)."""
+    for name in reversed(TASK_MODULES):
+        task = get_task(name)
+        if task.owns_directory(directory):
+            return task
+    return get_task("forward")

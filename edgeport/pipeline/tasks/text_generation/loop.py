@@ -1,0 +1,86 @@
+"""The greedy loop every target is judged with and ``edgeport generate`` runs: prefill once, then decode
+one token at a time, the cache passed back in as explicit state.
+
+It speaks only to a :class:`~edgeport.targets.signature.SignatureRunner` and the layout, so it is the same
+loop for a .tflite, two ONNX graphs, a jax.export program or the exported torch programs:
+
+- a prompt goes into the smallest prefill length that holds it, right-padded; the cache's write slots are
+  then set back to the real length (the padded slots are masked out and overwritten before they are read);
+- a prompt longer than every prefill length fills the longest one, and its remaining tokens go through
+  decode one by one (their predictions are discarded) — a chunked prefill an app can do the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeport.pipeline.tasks.text_generation.layout import Layout, decode_feeds, prefill_feeds, prefill_name, set_length
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    logits: np.ndarray                 # (steps, vocab) float32: the logits each token was chosen from
+
+
+def prefill_length_for(layout: Layout, prompt_len: int) -> int:
+    """The smallest prefill length that holds the prompt, else the longest (the rest goes through decode)."""
+    return next((n for n in layout.prefill_lens if n >= prompt_len), layout.prefill_lens[-1])
+
+
+def check_fits(layout: Layout, prompt_len: int, new_tokens: int) -> str | None:
+    """Why a prompt cannot be generated from (None when it can)."""
+    if prompt_len < 1:
+        return "the prompt is empty"
+    if prompt_len + new_tokens > layout.cache_len:
+        return (f"a {prompt_len}-token prompt plus {new_tokens} new tokens needs {prompt_len + new_tokens} cache slots; "
+                f"the artifact's cache holds {layout.cache_len}")
+    return None
+
+
+def greedy(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=()) -> Generation:
+    """``new_tokens`` greedy tokens after ``prompt`` (fewer if one of ``stop_ids`` is generated)."""
+    problem = check_fits(layout, len(prompt), new_tokens)
+    if problem:
+        raise ValueError(problem)
+    length = prefill_length_for(layout, len(prompt))
+    head = prompt[:length]
+    out = runner.run(prefill_name(length), prefill_feeds(layout, length, head))
+    last = np.asarray(out["logits"], np.float32).reshape(length, -1)[len(head) - 1]
+    cache = set_length(cache_of(out, layout), len(head))
+    pos = len(head)
+    for token in prompt[length:]:
+        last, cache = decode_step(runner, layout, token, pos, cache)
+        pos += 1
+    tokens, logits = [int(np.argmax(last))], [last]
+    while len(tokens) < new_tokens and tokens[-1] not in stop_ids:
+        last, cache = decode_step(runner, layout, tokens[-1], pos, cache)
+        tokens.append(int(np.argmax(last)))
+        logits.append(last)
+        pos += 1
+    return Generation(tokens, np.stack(logits))
+
+
+def decode_step(runner, layout: Layout, token: int, pos: int, cache: dict) -> tuple[np.ndarray, dict]:
+    out = runner.run("decode", decode_feeds(layout, token, pos, cache))
+    return np.asarray(out["logits"], np.float32).reshape(-1), cache_of(out, layout)
+
+
+def cache_of(outputs: dict, layout: Layout) -> dict:
+    return {name: outputs[name] for name in layout.cache_names()}
+
+
+def timing_feeds(runner, layout: Layout, prompt: list[int]) -> dict[str, dict]:
+    """Realistic feeds for timing each signature once on its own: every prefill on a prompt of its length,
+    decode at the slot after the prompt with the cache the prefill left."""
+    feeds = {}
+    for length in layout.prefill_lens:
+        ids = (prompt * (length // max(1, len(prompt)) + 1))[:length]
+        feeds[prefill_name(length)] = prefill_feeds(layout, length, ids)
+    length = prefill_length_for(layout, len(prompt))
+    out = runner.run(prefill_name(length), feeds[prefill_name(length)])
+    feeds["decode"] = decode_feeds(layout, int(np.argmax(np.asarray(out["logits"]).reshape(length, -1)[-1])), length,
+                                   cache_of(out, layout))
+    return feeds

@@ -1,0 +1,88 @@
+"""One target x variant of a generative model, as the one pipeline's row runs it
+(:func:`edgeport.pipeline.row.run_row`): the target's rewrites on every signature's program -> convert ->
+load -> greedy generation on every prompt -> tokens and logits judged -> timed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeport.diagnostics import first_line
+from edgeport.pipeline.row import BuildFailed, Row, Verdict, conversion_error
+from edgeport.pipeline.tasks import Built
+
+
+def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) -> Built:
+    """Every signature's program with the target's rewrites (as forward programs get them), converted into
+    one artifact by the target's generative support."""
+    from edgeport.pipeline.tasks.text_generation.judge import generation_budget
+    from edgeport.targets.base import GenerativeJob
+
+    programs, applied, notes = rewritten_programs(target, session.programs, session.samples)
+    row.rewrites = applied
+    job = GenerativeJob(programs, session.samples, session.layout.to_json(), variant, out_dir,
+                        dict(session.target_options), notes=[*session.notes, *notes])
+    try:
+        converted = target.generation().convert(job)
+    except Exception as exc:
+        raise BuildFailed(conversion_error(exc, programs["decode"]), job.notes) from exc
+    return Built(converted, job, generation_budget(budget, variant), None, job.notes)
+
+
+def rewritten_programs(target, programs: dict, samples: dict) -> tuple[dict, list[str], list[str]]:
+    """(programs, passes applied, notes): the target's node rewrites (e.g. ``sort_by_rank`` for a MoE router
+    that sorts) on each prefill/decode program, re-exported with its named inputs. A pass that breaks a
+    program leaves that program as it was, with a note."""
+    from edgeport.targets.rewrites import REWRITES, RewriteFailed, apply_rewrites
+
+    names = [n for n in target.rewrites if n in REWRITES]
+    out, applied, notes = {}, [], []
+    for name, program in programs.items():
+        try:
+            result = apply_rewrites(program, (), names, example_kwargs=samples.get(name))
+        except RewriteFailed as exc:
+            out[name] = program
+            notes.append(f"rewrite skipped on {name}: {first_line(exc)}")
+            continue
+        out[name] = result.program
+        applied += [a for a in result.applied if a not in applied]
+    return out, applied, notes
+
+
+def judge(row: Row, target, built: Built, session, staging: Path) -> None:
+    row.apply(judge_generative(target.generation(), built.converted.artifact, session, built.budget))
+
+
+def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:
+    from edgeport.pipeline.tasks.text_generation.judge import generation_budget
+
+    if target.generation() is None:
+        row.status, row.error = "failed", f"target {row.target!r} has no text-generation support in this edgeport"
+        return
+    row.apply(judge_generative(target.generation(), path, session, generation_budget(budget, row.variant)))
+
+
+def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
+    """Load, generate on every prompt, compare with the reference, time; a load/run failure fails the row."""
+    from edgeport.pipeline.tasks.text_generation.judge import (artifact_latency, compare_generations, generation_block, peak_rss,
+                                           reset_peak_rss)
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.plan import fixed_threads
+
+    layout = session.layout
+    before = reset_peak_rss()
+    try:
+        runner = support.load(artifact, fixed_threads(session.judge.threads))
+        got = [greedy(runner, layout, prompt, layout.gen_tokens) for prompt in session.prompts]
+        tokens, parity = compare_generations(session.reference, got, budget)
+        latency, decode = artifact_latency(runner, layout, session.prompts[-1]) if session.judge.latency else (None, None)
+        io = runner.io()
+    except Exception as exc:
+        return Verdict("failed", f"artifact does not run in its runtime: {first_line(exc)}")
+    rss = {"peak_rss_bytes": peak_rss(), "rss_before_load_bytes": before}
+    block = generation_block(session.prompts, layout.gen_tokens, tokens, parity, latency, session.eager, io, rss)
+    latency_ms = {**{k: decode[k] for k in ("p50", "p90", "runs")}, "threads": runner.threads} if decode else None
+    notes = ["--threads auto: generative rows run at all cores (no runner sweep)"] if session.judge.threads == "auto" else []
+    error = None if parity["passed"] else f"parity: {parity['message']}"
+    return Verdict("ok" if parity["passed"] else "failed", error, parity, latency_ms, None,
+                   {"generation": block, "signatures": io}, notes + parity.get("notes", []))

@@ -1,0 +1,91 @@
+"""The text-generation task's session: load the causal LM, export prefill/decode once, draw the prompts and
+generate the reference (:class:`GenSession`, what every row shares).
+
+Called through :data:`edgeport.pipeline.tasks.text_generation.task.TASK` by the one pipeline
+(:func:`edgeport.pipeline.run.convert`), inside the same staging directory and run log as a forward
+conversion, so publishing, ``--force`` and the log work the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeport.core.proc import timed
+from edgeport.pipeline.tasks import Prepared
+from edgeport.pipeline.tasks.text_generation.layout import Layout
+
+
+def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: bool = False) -> Prepared:
+    """Load -> --data prompts (checked before the export) -> export_for_generation -> reference generation."""
+    from edgeport.pipeline.tasks.text_generation.export import export_generation, load_causal_lm
+
+    progress("loading model")
+    with timed(timings, "load"):
+        loaded = load_causal_lm(opts.source)
+    real, data = real_prompts(opts, the_plan.generation, loaded[0])
+    progress("export_for_generation (prefill + decode)")
+    with timed(timings, "export"):
+        exported = export_generation(opts.source, the_plan.generation, staging, loaded)
+    progress("PyTorch reference (generate)")
+    with timed(timings, "reference"):
+        session = start_session(exported, opts, real, data)
+    params = int(sum(p.numel() for p in exported.model.parameters()))
+    return Prepared(session, None, {"params": params}, timings)
+
+
+def real_prompts(opts, plan, model) -> tuple[list, dict | None]:
+    """--data prompts, read and checked before the export (a bad file is exit 2 before minutes of work)."""
+    if not opts.judge.data:
+        return [], None
+    from edgeport.pipeline.tasks.text_generation.layout import Layout
+    from edgeport.pipeline.tasks.text_generation.prompts import read_prompts
+
+    shape = Layout(opts.source.model, plan.architecture, int(model.config.vocab_size), 0, plan.cache_len,
+                   list(plan.prefill_lens), plan.gen_tokens, None, [])
+    return read_prompts(opts.judge.data, shape, Path(opts.source.model[3:]))
+
+
+def start_session(exported, opts, real: list, data: dict | None):
+    from edgeport.pipeline.tasks.text_generation.prompts import random_prompts
+    from edgeport.pipeline.tasks.text_generation.reference import eager_latency, generate_reference
+    from edgeport.pipeline.plan import fixed_threads
+
+    layout = exported.layout
+    prompts = real + random_prompts(layout, opts.judge.samples, opts.judge.seed)
+    reference = generate_reference(exported.model, prompts, layout.gen_tokens, layout.cache_len)
+    eager = eager_latency(exported.model, layout, fixed_threads(opts.judge.threads)) if opts.judge.latency else None
+    return GenSession(layout, exported.programs, exported.samples, prompts, reference, eager, opts.judge,
+                      dict(opts.target_options), data, {"real": len(real), "random": len(prompts) - len(real)},
+                      notes=list(exported.notes))
+
+
+
+@dataclass
+class GenSession:
+    layout: Layout
+    programs: dict                     # signature -> flat ExportedProgram
+    samples: dict                      # signature -> {input name: tensor}
+    prompts: list                      # token id lists: real (--data) first, then seeded random
+    reference: list                    # Generation per prompt
+    eager: dict | None                 # PyTorch eager's latency block (None with --no-latency)
+    judge: object                      # JudgeOptions
+    target_options: dict = field(default_factory=dict)
+    data: dict | None = None
+    origin: dict = field(default_factory=dict)
+    reference_source: str = "transformers generate (greedy, static cache)"
+    notes: list = field(default_factory=list)
+    eager_label: str = "PyTorch eager"
+
+    @property
+    def reference_latency(self) -> dict | None:
+        """Eager's decode step in the summary table's latency form (its "vs eager" column)."""
+        if not self.eager:
+            return None
+        return {"p50": self.eager["decode_ms_per_token"], "p90": self.eager["decode_p90_ms"],
+                "runs": self.eager["decode_runs"], "threads": self.eager["threads"]}
+
+    def report_block(self) -> dict:
+        return {"task": "text-generation", "reference": self.reference_source, "prompts": len(self.prompts),
+                "prompt_origin": self.origin, "new_tokens": self.layout.gen_tokens, "cache_len": self.layout.cache_len,
+                "prefill_lens": self.layout.prefill_lens, "eager": self.eager, "eager_label": self.eager_label}

@@ -1,0 +1,20 @@
+"""The text-generation task: prefill/decode programs with an explicit KV cache, every target's artifact judged
+by the tokens it generates against the model's own greedy ``generate``."""
+
+from __future__ import annotations
+
+from edgeport.pipeline.tasks import Task
+from edgeport.pipeline.tasks.text_generation import directory, rows, session
+from edgeport.pipeline.tasks.text_generation.report import generation_sections
+
+
+def manifest(spec: str, prepared, report_rows: list[dict], staging):
+    from edgeport.pipeline.tasks.text_generation.manifest import generation_manifest
+
+    return generation_manifest(spec, prepared.session, report_rows, staging)
+
+
+TASK = Task("text-generation", prepare=session.prepare, build=rows.build, judge=rows.judge, manifest=manifest,
+            owns_directory=directory.is_generative_dir, reference_from=directory.reference_from,
+            rejudge=rows.rejudge, report_block=lambda s: s.report_block(), block_key="generation",
+            sections=generation_sections, libraries=("transformers",), log_prefix="convert_generate")

@@ -1,0 +1,31 @@
+"""jax process settings shared by the targets whose converters run jax (TPU's torchax lowering, LiteRT's
+litert-torch lowering): one place, so no target imports another for a process setting."""
+
+from __future__ import annotations
+
+import os
+
+# Environment variables edgeport set in its own process; worker subprocesses get them removed again.
+ENV_SET_HERE: set[str] = set()
+
+
+def prefer_cpu_backend() -> None:
+    """Keep edgeport's own process on jax's CPU backend (parity runs the CPU lowering; TPU compiles use a
+    compile-only topology). Without this, jax's first use probes libtpu for a local TPU: slow, noisy,
+    and a lock other processes may hold. A serving process calling :func:`load` is left alone."""
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_platforms", "cpu")
+
+
+def libtpu_compile_env() -> None:
+    """libtpu as a compile-only library: no metadata-server query (it can hang off-cloud), a local worker
+    name (else it logs an error per process), and no exclusive lock (the lock is for owning real chips;
+    compile-only processes in parallel, e.g. CI workers, would otherwise refuse each other)."""
+    for key, value in (("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES", "localhost"),
+                       ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")):
+        if key not in os.environ:
+            os.environ[key] = value
+            ENV_SET_HERE.add(key)

@@ -1,0 +1,144 @@
+"""LiteRT for generative models: ONE ``.tflite`` whose signatures are ``prefill_<L>`` per prefill length and
+``decode``, the weights stored once and shared by every signature.
+
+The KV cache is explicit state: each signature takes the cache tensors and returns the updated ones, and
+the app passes them back on the next call. litert-torch cannot keep it inside the model as resource
+variables on this path: its conversion drops every non-user output (buffer and input mutations: "not
+supported by our inference only conversion or runtime"), and its own generative converters pass the cache
+as input and output too. int64 ids, positions and cache lengths become int32 (``enable_x64=False``).
+
+Quantized variants quantize the fp32 ``.tflite`` with ai-edge-quantizer (seconds, instead of converting all
+signatures again per recipe): fp16, dynamic-int8 and weight-int8 are litert-torch's own recipes
+(translated the way its ``quant_config`` path does), and ``int4-block32`` is ai-edge-quantizer's
+``dynamic_wi4b32_afp32``: int4 weights in blocks of 32, activations quantized on the fly by the
+fully-connected kernel. It is dynamic-range, not weight-only: ai-edge-quantizer rejects block-wise int4
+with float compute ("Unsupported op for ComputePrecision.FLOAT: FULLY_CONNECTED"), and channel-wise int4
+(what weight-only int4 offers) is the granularity published results show collapsing an LLM.
+
+A block whose weights are all zero (a padding token's embedding row, and the lm_head row it becomes in a
+tied or copied head) gets scale 0 from the quantizer (with numpy's "invalid value in divide" while it
+computes it), and XNNPACK refuses the whole tensor ("unsupported scale value (0.000000) in channel N for
+INT4 tensor"): the artifact does not load. Such blocks are set to scale 1 with zero data here — the block
+still dequantizes to exactly 0 — and the row's details count them (``zero_scale_blocks_fixed``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.litert.signatures import LiteRTSignatureRunner
+
+LITERT_RECIPES = {"fp16": "full_fp16_recipe", "dynamic-int8": "full_dynamic_recipe", "weight-int8": "full_weight_only_recipe"}
+BLOCKWISE = {"int4-block32": "dynamic_wi4b32_afp32"}
+
+
+def artifact_path(out_dir: Path, variant: str) -> Path:
+    return out_dir / f"generate_{variant}.tflite"
+
+
+def convert(job: GenerativeJob) -> Converted:
+    from edgeport.targets.litert.target import op_counts
+
+    fp32 = artifact_path(job.out_dir, "fp32")
+    if job.variant == "fp32" or not fp32.is_file():
+        _convert_fp32(job, fp32)
+    path, details = fp32, {}
+    if job.variant != "fp32":
+        path = artifact_path(job.out_dir, job.variant)
+        _quantize(fp32, path, job.variant)
+        if job.variant in BLOCKWISE:
+            details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
+    return Converted(path, {"ops": op_counts(path), "kv_cache": "explicit input/output state (no resource variables)",
+                            **details}, parity_caveat=one_kv_head_caveat(job.layout) if job.variant == "fp32" else None)
+
+
+def one_kv_head_caveat(layout: dict) -> str | None:
+    """litert-torch 0.10 converts attention with ONE kv head (MQA: GPTBigCode, Falcon, Gemma-2B) with ~3e-3
+    relative logits error (a plain forward shows it too; ONNX and TPU are exact on the same programs): a
+    failed fp32 logits budget on such a model is the converter's, and the row says so."""
+    if any(c["kind"] == "key" and c["shape"][1] == 1 for c in layout["cache"]):
+        return ("known litert-torch 0.10 issue: attention with one kv head (multi-query) converts with ~3e-3 "
+                "relative logits error")
+    return None
+
+
+def _convert_fp32(job: GenerativeJob, path: Path) -> None:
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    from edgeport.targets._jax import prefer_cpu_backend
+
+    prefer_cpu_backend()  # litert-torch's lowering initializes jax: keep it off libtpu (noise, a lock)
+    import litert_torch
+
+    converter = None
+    for name, program in job.programs.items():
+        module = program.module()
+        module.training = False  # .eval() is refused on an unlifted program; the flag is what litert reads
+        kwargs = {k: v.clone() for k, v in job.samples[name].items()}
+        add = litert_torch.signature if converter is None else converter.signature
+        converter = add(name, module, sample_kwargs=kwargs)
+    converter.convert().export(str(path))
+
+
+def _quantize(src: Path, dst: Path, variant: str) -> None:
+    from ai_edge_quantizer import quantizer
+
+    quant = quantizer.Quantizer(str(src), _recipe(variant))
+    result = quant.quantize(enable_progress_bar=False, enable_progress_report=False)
+    result.export_model(str(dst), overwrite=True)
+
+
+def _recipe(variant: str):
+    if variant in BLOCKWISE:
+        from ai_edge_quantizer import recipe
+
+        return getattr(recipe, BLOCKWISE[variant])()
+    from litert_torch.generative.quantize import quant_recipes
+    from litert_torch.quantize import translate_recipe
+
+    config = getattr(quant_recipes, LITERT_RECIPES[variant])()
+    return translate_recipe.translate_to_ai_edge_recipe(config.generative_recipe)
+
+
+def fix_zero_block_scales(path: Path) -> int:
+    """Block-wise quantized tensors: scale 0 -> 1 and the block's data -> 0 (see the module docstring)."""
+    import numpy as np
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(str(path))
+    fixed = 0
+    for subgraph in model.subgraphs:
+        for t in subgraph.tensors:
+            details = getattr(t.quantization, "details", None)
+            if not hasattr(details, "blockSize") or details.scales < 0:
+                continue
+            scales_tensor = subgraph.tensors[details.scales]
+            dtype = np.float16 if scales_tensor.type == flatbuffer_utils.TensorType.FLOAT16 else np.float32
+            scales_buffer, data_buffer = model.buffers[scales_tensor.buffer], model.buffers[t.buffer]
+            if scales_buffer.data is None or data_buffer.data is None:
+                continue
+            scales = np.frombuffer(bytes(scales_buffer.data), dtype).copy()
+            zero = np.flatnonzero(scales == 0)
+            if zero.size:
+                data = np.asarray(data_buffer.data, np.uint8).copy()
+                per_block = details.blockSize * BITS[t.type] // 8
+                for block in zero:
+                    data[block * per_block:(block + 1) * per_block] = 0
+                scales[zero] = 1
+                scales_buffer.data, data_buffer.data = np.frombuffer(scales.tobytes(), np.uint8), data
+                fixed += int(zero.size)
+    if fixed:
+        flatbuffer_utils.write_model(model, str(path))
+    return fixed
+
+
+BITS = {17: 4, 9: 8}  # TensorType INT4 = 17, INT8 = 9: bits per stored weight
+
+
+def load(path: Path, threads: int) -> LiteRTSignatureRunner:
+    return LiteRTSignatureRunner(Path(path), threads)
+
+
+GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
+                               convert=convert, load=load)

@@ -1,0 +1,101 @@
+"""LiteRT target: the exported program -> ``.tflite`` via litert-torch, in fp32 and quantized variants.
+
+litert-torch does not take an ExportedProgram, but takes ``program.module()`` (it re-exports that graph),
+so it still converts the one program every target shares. Quantized variants use litert-torch's own
+recipes (fp16, dynamic-int8, weight-int8) and PT2E static int8 calibrated on the caller's samples; int8 and
+dynamic-int8 can keep chosen layers float (``float_layers``, :mod:`edgeport.targets.litert.quantize`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgeport.diagnostics import histogram
+from edgeport.targets.litert import quantize as litert_quant
+from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
+from edgeport.targets._pt2e import float_filter
+from edgeport.targets.litert.runtime import CompiledModelRunner, LiteRTRunner
+from edgeport.validate import parity
+
+RECIPES = {
+    "fp16": "full_fp16_recipe",
+    "dynamic-int8": "full_dynamic_recipe",
+    "weight-int8": "full_weight_only_recipe",
+}
+
+
+def convert(job: ConvertJob) -> Converted:
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    import litert_torch
+
+    path = job.out_dir / f"model_{job.variant}.tflite"
+    details = {"nhwc": bool(job.options.get("nhwc"))}
+    if job.variant == "dynamic-int8" and job.float_layers:
+        path.write_bytes(litert_quant.dynamic_with_float_layers(job))
+        return Converted(path, {"ops": op_counts(path), **details})
+    module, args = litert_quant.program_module(job)
+    quant_config = None
+    if job.variant in RECIPES:
+        from litert_torch.generative.quantize import quant_recipes
+
+        quant_config = getattr(quant_recipes, RECIPES[job.variant])()
+    elif job.variant == "int8":
+        if not job.calibration_is_real:
+            job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
+        module, quant_config = litert_quant.pt2e_int8(module, job, float_filter(job))
+    edge = litert_torch.convert(module, args, quant_config=quant_config)
+    edge.export(str(path))
+    return Converted(path, {"ops": op_counts(path), **details})
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    """Operator histogram read from the flatbuffer (opcode = max(builtin, deprecated builtin))."""
+    from ai_edge_litert import schema_py_generated as schema
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(str(path))
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+
+    def op_name(op) -> str:
+        code = model.operatorCodes[op.opcodeIndex]
+        name = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
+        if name == "CUSTOM" and code.customCode:
+            return f"CUSTOM:{code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode}"
+        return name
+
+    return histogram(op_name(op) for subgraph in model.subgraphs for op in subgraph.operators or [])
+
+
+TARGET = Target(
+    name="litert",
+    description="LiteRT .tflite for Android, iOS and the web (litert-torch, ai-edge-litert)",
+    variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int8"),
+    budgets={"fp32": parity.FP32, "fp16": parity.FP16, "dynamic-int8": parity.DYNAMIC_INT8,
+             "weight-int8": parity.WEIGHT_INT8, "int8": parity.STATIC_INT8, "int4-block32": parity.INT4_BLOCK},
+    requires=("litert_torch", "ai_edge_litert"),
+    extra="litert",
+    convert=convert,
+    runners=(LiteRTRunner, CompiledModelRunner),
+    generative="edgeport.targets.litert.generate",
+    float_fallback=FallbackSupport(litert_quant.SCHEMES, litert_quant.layers, litert_quant.prepare),
+    calibrated_variants=("int8",),
+    relative_cost=2.0,
+    options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
+    rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
+              "sort_by_rank", "scatter_add_onehot"),
+    refuses=(
+        ("aten.histc.default", "Lowering not found: aten.histc.default"),
+        ("aten.stft.default", "Unsupported ir element type: complex<f32>"),
+        ("aten.fft_rfft.default", "Unsupported ir element type: complex<f32>"),
+        ("aten.fft_fft.default", "Unsupported ir element type: complex<f32>"),
+        ("aten.conv_transpose2d.input", "output_padding: failed to legalize operation 'mhlo.convolution'"),
+        ("aten.sort.default", "comparator block argument should be tensor<i32>, got tensor<i64>"),
+        ("aten.sort.stable", "comparator block argument should be tensor<i32>, got tensor<i64>"),
+        ("aten.argsort.default", "comparator block argument should be tensor<i32>, got tensor<i64>"),
+        ("aten.argsort.stable", "comparator block argument should be tensor<i32>, got tensor<i64>"),
+        ("aten.scatter_add.default", "converts, then the runtime refuses STABLEHLO_SCATTER"),
+        ("bfloat16", "Got unsupported ScalarType BFloat16"),
+        ("float16", "LayerNorm: expects operand and result to have compatible element type"),
+    ),
+)

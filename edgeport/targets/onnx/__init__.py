@@ -1,0 +1,1 @@
+"""ONNX: the torch.onnx dynamo exporter, onnxruntime quantization and runners."""

@@ -1,0 +1,75 @@
+"""ONNX for generative models: one graph per signature (``prefill_<L>.onnx`` per prefill length and
+``decode.onnx``) in ``DIR/onnx/generate_<variant>/``, run by onnxruntime.
+
+Why separate graphs rather than one graph with optional past key values: every shape stays static (a
+prefill length, one decode token, the cache at ``--cache-len``), which is the contract LiteRT and TPU
+artifacts have too, so an app drives all of them the same way; and the exported programs already are
+separate. The cost: each graph carries its own copy of the weights.
+
+Inputs keep the layout's role names; outputs are ``logits`` and ``present_<k|v|len>_<l>`` (onnxruntime
+refuses a model whose output has an input's name: "Duplicate definition of name"), each feeding the input
+``cache_<...>`` of the same suffix on the next call. ``dynamic-int8`` quantizes MatMul/Gemm weights with
+the same portable int8 kernels as forward models (``--onnx-int8``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.onnx.signatures import OnnxSignatureRunner, output_name
+
+
+def artifact_dir(out_dir: Path, variant: str) -> Path:
+    return out_dir / f"generate_{variant}"
+
+
+def convert(job: GenerativeJob) -> Converted:
+    from edgeport.targets.onnx.target import describe, int8_kernels
+
+    fp32 = artifact_dir(job.out_dir, "fp32")
+    if job.variant == "fp32" or not all((fp32 / f"{n}.onnx").is_file() for n in job.programs):
+        fp32.mkdir(parents=True, exist_ok=True)
+        for name, program in job.programs.items():
+            _export(program, job.samples[name], fp32 / f"{name}.onnx")
+    if job.variant == "fp32":
+        return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs}})
+    out = artifact_dir(job.out_dir, job.variant)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in job.programs:
+        QUANTIZERS[job.variant](fp32 / f"{name}.onnx", out / f"{name}.onnx", job)
+    return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in job.programs},
+                           "int8_kernels": int8_kernels(job)})
+
+
+def _export(program, sample: dict, path: Path) -> None:
+    import torch
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
+    module = program.module()
+    module.training = False
+    outputs = [output_name(n) for n in _output_names(program)]
+    exported = torch.onnx.export(module, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
+                                 verbose=False, input_names=list(sample), output_names=outputs)
+    exported.save(str(path))
+
+
+def _output_names(program) -> list[str]:
+    return list(program.call_spec.out_spec.context)
+
+
+def _dynamic_int8(src: Path, dst: Path, job: GenerativeJob) -> None:
+    from edgeport.targets.onnx.target import _dynamic_int8 as quantize
+
+    quantize(src, dst, job)  # reads only job.options (the --onnx-int8 kernels)
+
+
+QUANTIZERS = {"dynamic-int8": _dynamic_int8}
+
+
+def load(path: Path, threads: int) -> OnnxSignatureRunner:
+    return OnnxSignatureRunner(Path(path), threads)
+
+
+GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8"), convert=convert, load=load)

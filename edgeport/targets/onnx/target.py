@@ -1,0 +1,221 @@
+"""ONNX target: the exported program -> ``.onnx`` via ``torch.onnx.export(program, dynamo=True)``.
+
+``torch.onnx.export`` takes the ExportedProgram itself (verified on torch 2.13), so ONNX converts exactly the
+graph every other target converts. Only where it cannot take that program does it capture the eager module
+itself (``own_capture`` in the row's rewrites), so edgeport is never worse than torch.onnx on its own.
+Dynamic dims the user exported with ``torch.export.Dim`` stay symbolic in the ONNX graph and are listed in
+the report (``dynamic_inputs``). Quantized variants run onnxruntime's own quantizer on the fp32 model:
+``dynamic-int8`` (int8 weights, activations quantized at run time — no calibration) and ``int8`` (static
+QDQ, activation ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples).
+
+int8 is built for every x86-64 CPU by default (``--onnx-int8 portable``): onnxruntime's int8 kernels take a
+different path on CPUs without VNNI (most AVX2 machines), where VPMADDUBSW's 16-bit intermediate saturates
+when weights use the full 8-bit range, so an artifact accurate on a VNNI machine is garbage on another
+(measured on a two-input MLP: min cosine 0.937 without VNNI vs 0.9995 with). 7-bit weights
+(``reduce_range``) cannot saturate on any of them, cost no speed, and lose ~2 dB of SNR; ``--onnx-int8 vnni``
+keeps the full range for fleets known to have VNNI. The row records which (``int8_kernels``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from edgeport.diagnostics import histogram, summary
+from edgeport.errors import UsageError
+from edgeport.targets.onnx import quantize as onnx_quant
+from edgeport.targets.onnx.quantize import exclusions
+from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
+from edgeport.targets.onnx.runtime import OnnxRunner
+from edgeport.validate import parity
+
+FP32_NAME = "model.onnx"
+OWN_CAPTURE = "own_capture"         # the row's rewrites entry when torch.onnx captured the module itself
+CAPTURE_KEY = "edgeport.capture"    # ...and the artifact's metadata entry that says so
+INT8_KERNELS = {
+    "portable": {"activation_type": "uint8", "weight_type": "int8", "reduce_range": True},
+    "vnni": {"activation_type": "int8", "weight_type": "int8", "reduce_range": False},
+}
+
+
+def int8_kernels(job: ConvertJob) -> dict:
+    name = job.options.get("onnx_int8") or "portable"
+    return {"built_for": name, **INT8_KERNELS[name]}
+
+
+def check_int8_kernels(value: str) -> None:
+    if value not in INT8_KERNELS:
+        raise UsageError(f"--onnx-int8 {value!r}: expected one of {', '.join(INT8_KERNELS)}")
+
+
+def convert(job: ConvertJob) -> Converted:
+    fp32 = job.out_dir / FP32_NAME
+    if job.variant == "fp32" or not fp32.is_file():  # quantized variants start from the fp32 model (re-export only if it is missing)
+        export_fp32(job, fp32)
+    path = fp32
+    if job.variant != "fp32":
+        path = job.out_dir / f"model_{job.variant}.onnx"
+        QUANTIZERS[job.variant](fp32, path, job, **exclusions(fp32, job))
+    details = describe(path)
+    own = details.pop("capture", None) == "module"
+    if job.variant != "fp32":
+        details["int8_kernels"] = int8_kernels(job)
+        if own:
+            job.notes.append(f"quantized from {FP32_NAME}, which torch.onnx captured from the module itself")
+    return Converted(path, details, rewrites=[OWN_CAPTURE] if own else [])
+
+
+def export_fp32(job: ConvertJob, path: Path) -> None:
+    """Under the program's own capture mode: torch.onnx re-runs the decomposed graph (its type-promotion
+    pass) with the program's parameters, and with grad enabled it would pick other kernels than the ones
+    the graph was recorded with (see :func:`edgeport.core.program.capture_mode`)."""
+    from edgeport.core.program import capture_mode
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
+    with capture_mode():
+        try:
+            onnx_program = _export_shared(job)
+        except Exception as exc:
+            if job.eager_module() is None:
+                raise
+            onnx_program = _own_capture(job, exc)
+    onnx_program.save(str(path))
+
+
+def _export_shared(job: ConvertJob):
+    import torch
+
+    return torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
+
+
+def _own_capture(job: ConvertJob, shared_error: Exception):
+    """Where torch.onnx cannot take the shared program, its own capture of the eager module (its own
+    export strategies and decompositions), so edgeport is never worse than calling torch.onnx directly.
+    Same module, inputs in the program's order and under its names, judged against the same reference;
+    the row says so (``own_capture``), and the artifact too (its metadata), for the variants built on it."""
+    import torch
+
+    inputs, outputs = _io_names(job.program)
+    try:
+        onnx_program = torch.onnx.export(job.module, tuple(job.example_inputs), dynamo=True, verbose=False,
+                                         input_names=inputs, output_names=outputs)
+    except Exception as exc:
+        job.notes.append(f"torch.onnx's own capture of the module failed too: {summary(exc)}")
+        raise shared_error
+    onnx_program.model.metadata_props[CAPTURE_KEY] = "module"
+    static = ", at the example shapes" if job.dynamic else ""
+    job.notes.append(f"the shared program did not convert ({summary(shared_error)}); converted torch.onnx's "
+                     f"own capture of the module instead{static}")
+    return onnx_program
+
+
+def _io_names(program) -> tuple[list[str] | None, list[str] | None]:
+    """The names the shared program's ONNX graph would have had (its user placeholders and outputs), so
+    the manifest reads the same whichever capture converted; None where they would clash."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    signature = program.graph_signature
+    inputs = [s.arg.name for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
+    outputs = [getattr(s.arg, "name", None) for s in signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    if None in outputs or len(set(inputs + outputs)) != len(inputs) + len(outputs):
+        outputs = None
+    return inputs, outputs
+
+
+def _dynamic_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
+    """int8 weights of MatMul/Gemm, activations quantized at run time. Convolutions stay float: onnxruntime's
+    dynamic ConvInteger runs several times slower than its fp32 Conv (static int8 is the CNN variant).
+    ``layers``: ``nodes_to_exclude`` / ``nodes_to_quantize`` (layers kept float, :mod:`onnx_quant`)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    kernels = int8_kernels(job)
+    with _quiet_quantizer():
+        quantize_dynamic(str(src), str(dst), weight_type=_quant_type(kernels["weight_type"]),
+                         reduce_range=kernels["reduce_range"], op_types_to_quantize=["MatMul", "Gemm"], **layers)
+
+
+def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
+    """Static QDQ int8: per-channel weights, activation ranges from MinMax over the calibration samples.
+    ``layers``: ``nodes_to_exclude`` / ``nodes_to_quantize`` and a ``calibration_cache_path`` (the fallback
+    search calibrates once and re-quantizes many times)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from edgeport.targets.onnx.runtime import feed_dict, load
+
+    samples = job.calibration_samples()
+    if not job.calibration_is_real:
+        job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
+    session = load(src, 1).session
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([feed_dict(session, s) for s in samples])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    with _quiet_quantizer():
+        kernels = int8_kernels(job)
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=_quant_type(kernels["activation_type"]),
+                        weight_type=_quant_type(kernels["weight_type"]), reduce_range=kernels["reduce_range"], **layers)
+
+
+def _quant_type(name: str):
+    from onnxruntime.quantization import QuantType
+
+    return {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[name]
+
+
+QUANTIZERS = {"dynamic-int8": _dynamic_int8, "int8": _static_int8}
+
+
+def prepare_fallback(job: ConvertJob) -> onnx_quant.OnnxLayerQuantizer:
+    """The fallback search's candidates, quantized by the same functions as ``convert``."""
+    return onnx_quant.OnnxLayerQuantizer(job, QUANTIZERS[job.variant], export_fp32, job.out_dir / FP32_NAME)
+
+
+class _quiet_quantizer:
+    """onnxruntime's quantizer logs a pre-processing hint on the root logger for every model: noise here."""
+
+    def __enter__(self):
+        self.level = logging.getLogger().level
+        logging.getLogger().setLevel(logging.ERROR)
+
+    def __exit__(self, *exc):
+        logging.getLogger().setLevel(self.level)
+
+
+def describe(path: Path) -> dict:
+    """Report fields: opset, op histogram, and which input dims stayed symbolic."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    initializers = {i.name for i in model.graph.initializer}
+    dynamic = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim if d.dim_param]
+               for i in model.graph.input if i.name not in initializers}
+    capture = next((p.value for p in model.metadata_props if p.key == CAPTURE_KEY), None)
+    return {"opset": opset, "ops": histogram(node.op_type for node in model.graph.node),
+            "dynamic_inputs": {k: v for k, v in dynamic.items() if v}, **({"capture": capture} if capture else {})}
+
+
+TARGET = Target(
+    name="onnx",
+    description="ONNX for onnxruntime (torch.onnx dynamo exporter; onnxruntime quantization)",
+    variants=("fp32", "dynamic-int8", "int8"),
+    budgets={"fp32": parity.FP32, "dynamic-int8": parity.DYNAMIC_INT8, "int8": parity.STATIC_INT8},
+    requires=("onnx", "onnxruntime", "onnxscript"),
+    extra="onnx",
+    convert=convert,
+    runners=(OnnxRunner,),
+    generative="edgeport.targets.onnx.generate",
+    options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
+                          "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
+                          validate=check_int8_kernels),),
+    calibrated_variants=("int8",),
+    dynamic_dims=True,
+    float_fallback=FallbackSupport(onnx_quant.SCHEMES, onnx_quant.layers, prepare_fallback),
+    rewrites=("upcast_fp32", "inline_custom_ops"),
+    refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),
+)

@@ -1,0 +1,268 @@
+"""TPU generations, topologies and libtpu ahead-of-time compiles: what the TPU target knows about chips.
+
+A compile for a topology runs on this CPU-only host with a compile-only libtpu topology; memory and FLOPs
+come from the compiler, and the latency is a roofline over the chip's published peak FLOP/s and HBM
+bandwidth: an estimate, labelled so in every rendering (:func:`report_sections`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeport.errors import UsageError
+from edgeport.targets.base import ReportSection
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Per-chip figures. A "device" is what jax sees: a chip, or one TensorCore where a chip has two
+    exposed separately (tpu7x); per-device numbers divide by ``devices_per_chip``."""
+
+    hbm_bytes: int
+    peak_flops: float          # dense bf16 FLOP/s (f32 matmuls run on the same MXUs: still an estimate)
+    hbm_bytes_per_s: float
+    dims: int                  # topology rank: 2 = "AxB", 3 = "AxBxC"
+    chip_config: str = "default"
+    wrap: bool = False
+    devices_per_chip: int = 1
+
+
+# Source: Google Cloud TPU documentation, "TPU versions" pages (system architecture of v4, v5e, v5p,
+# v6e "Trillium", TPU7x "Ironwood"): HBM capacity, peak bf16 compute and HBM bandwidth per chip.
+GENERATIONS: dict[str, Generation] = {
+    "v4": Generation(32 * GIB, 275e12, 1200e9, dims=3, chip_config="megacore", wrap=True),
+    "v5e": Generation(16 * GIB, 197e12, 819e9, dims=2),
+    "v5p": Generation(95 * GIB, 459e12, 2765e9, dims=3, chip_config="megacore", wrap=True),
+    "v6e": Generation(32 * GIB, 918e12, 1640e9, dims=2),
+    "tpu7x": Generation(192 * GIB, 2307e12, 7380e9, dims=3, devices_per_chip=2),
+}
+DEFAULT_TOPOLOGIES = ("v5e:1x1", "v5e:2x2", "v6e:1x1")
+TOPOLOGY_EXAMPLES = "v5e:1x1, v5e:2x2, v6e:1x1, v6e:2x4, v4:2x2x1, v5p:2x2x1, tpu7x:2x2x1"
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    generation: str
+    shape: tuple[int, ...]
+
+    @property
+    def spec(self) -> Generation:
+        return GENERATIONS[self.generation]
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace(":", "_")
+
+
+def parse_topology(text: str) -> Topology:
+    """``GEN:AxB`` (v5e, v6e) or ``GEN:AxBxC`` (v4, v5p, tpu7x); bad text -> UsageError listing examples."""
+    match = re.fullmatch(r"([a-z0-9]+):(\d+(?:x\d+)*)", text.strip().lower())
+    bad = f"bad --tpu-topology {text!r}; valid examples: {TOPOLOGY_EXAMPLES} (generations: {', '.join(GENERATIONS)})"
+    if not match or match.group(1) not in GENERATIONS:
+        raise UsageError(bad)
+    shape = tuple(int(d) for d in match.group(2).split("x"))
+    if len(shape) != GENERATIONS[match.group(1)].dims or min(shape) < 1:
+        raise UsageError(bad)
+    return Topology(f"{match.group(1)}:{match.group(2)}", match.group(1), shape)
+
+
+def topologies_of(options: dict) -> list[Topology]:
+    return [parse_topology(t) for t in dict.fromkeys(options.get("tpu_topology") or DEFAULT_TOPOLOGIES)]
+
+
+def validate_topologies(values: list[str]) -> None:
+    """``--tpu-topology`` values, checked at plan time: a bad topology is bad input (exit 2)."""
+    for value in values:
+        parse_topology(value)
+
+
+# A split costs every extra piece a jax/torchax import and a lowering (seconds); it pays when a compile
+# takes longer than that. Compile time grows with the program: MobileNetV2 (152 ops) ~1 min per topology,
+# a 75-op text encoder ~2 s. Programs with fewer ops than this compile every topology in one piece.
+SPLIT_MIN_OPS = 100
+
+
+def pieces(options: dict, program=None) -> list[dict]:
+    """The conversion split per topology, so compiles run side by side: piece 0 lowers, writes the
+    artifact and compiles the first topology; every other piece lowers again and only compiles its own
+    topology. One topology, or a small program: nothing to split."""
+    names = [t.name for t in topologies_of(options)]
+    if len(names) < 2 or options.get("artifact_only"):
+        return []
+    if program is not None and sum(1 for n in program.graph.nodes if n.op == "call_function") < SPLIT_MIN_OPS:
+        return []
+    return [{"tpu_topology": names[:1]}] + [{"tpu_topology": [n], "compile_only": True} for n in names[1:]]
+
+
+def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dict]) -> dict:
+    """Piece 0's details plus the other pieces' compiles (in topology order); meta.json names every
+    executable, as when one process compiled them all."""
+    import json
+
+    from edgeport.targets.tpu.runtime import META_FILE
+
+    compiles = list(details.get("tpu_compile") or [])
+    extra = [dict(c) for other in others for c in other.get("tpu_compile") or []]
+    meta_path = target_dir / variant / META_FILE
+    meta = json.loads(meta_path.read_text())
+    for row in extra:
+        executable = row.pop("executable", None)
+        if executable and (target_dir / variant / executable).is_file():
+            meta["executables"][row["topology"]] = executable
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return {**details, "tpu_compile": compiles + extra}
+
+
+def compile_id(serialized: bytes, lowered) -> dict:
+    """What decides a compile besides its topology: the serialized jax.export of the program (its StableHLO,
+    weights' shapes and matmul precision), the shapes it is compiled at, the compiler's versions and the
+    code here that sets up sharding."""
+    import hashlib
+
+    from edgeport.validate.environment import package_versions
+
+    return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(serialized).hexdigest(),
+            "avals": [[list(a.shape), str(a.dtype)] for a in lowered.compile_avals],
+            "libraries": package_versions(["jax", "jaxlib", "libtpu"]),
+            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+
+
+def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity: dict | None = None) -> dict:
+    """:func:`compile_for_topology`, or its cached result (the executable verified by sha256 and the
+    compiler's analysis; the compile's row says ``"cache": "hit"``). Failed compiles are cached too: they are
+    as deterministic as good ones."""
+    if cache is None or identity is None:
+        return compile_for_topology(topology, lowered, out)
+    from edgeport.cache import key_of
+
+    key = key_of({**identity, "topology": topology.name})
+    start = time.perf_counter()
+    data = cache.get(key, out)
+    if data is not None and "row" in data:
+        return {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
+    row = compile_for_topology(topology, lowered, out)
+    files = [row["executable"]] if row.get("executable") else []
+    cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
+    return row
+
+
+def compile_for_topology(topology: Topology, lowered: Lowered, out: Path, donate: tuple[int, ...] = (),
+                         program: str | None = None) -> dict:
+    """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row.
+    ``donate``: input positions whose buffers the outputs may reuse (a KV cache updated in place), so the
+    memory analysis counts them once; ``program`` names one of several programs (generative signatures)."""
+    from edgeport.core.proc import redirected
+
+    row = {"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {})}
+    start = time.perf_counter()
+    stem = f"{topology.slug}_{program}" if program else topology.slug
+    with redirected(fds=(2,)) as noise:
+        try:
+            compiled, sharding, devices = _compile(topology, lowered, donate)
+            row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
+            row["executable"] = _write_executable(compiled, out / "executables" / f"{stem}.tpu_exec", out)
+        except Exception as exc:
+            row["error"] = _compile_error(exc, noise)
+    row["compile_seconds"] = round(time.perf_counter() - start, 3)
+    return row
+
+
+def _compile(topology: Topology, lowered: Lowered, donate: tuple[int, ...] = ()):
+    import jax
+    from jax.experimental import topologies
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    gen = topology.spec
+    shape3 = (*topology.shape, 1, 1)[:3]
+    topo = topologies.get_topology_desc(topology.name, platform="tpu", chip_config_name=gen.chip_config,
+                                        chips_per_host_bounds=shape3, num_slices=1, wrap=(gen.wrap,) * 3)
+    devices = len(topo.devices)
+    mesh = topologies.make_mesh(topo, (devices,), ("data",))
+    data_parallel = devices > 1 and _batch_divides(lowered.compile_avals, devices)
+    replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    weights = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated) for k, v in lowered.weights.items()}
+    inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=batch if data_parallel else replicated)
+              for a in lowered.compile_avals]
+    jitted = jax.jit(lowered.fn, donate_argnums=tuple(1 + i for i in donate)) if donate else jax.jit(lowered.fn)
+    compiled = jitted.lower(weights, *inputs).compile()
+    return compiled, "data-parallel" if data_parallel else "replicated", devices
+
+
+def _batch_divides(avals: list, devices: int) -> bool:
+    """Shard the batch when every input has the same leading dim and it splits evenly over the devices."""
+    leading = {a.shape[0] if len(a.shape) else None for a in avals}
+    return len(leading) == 1 and isinstance(b := leading.pop(), int) and b % devices == 0
+
+
+def _analysis(compiled, topology: Topology, devices: int) -> dict:
+    """Per-device memory and cost from the compiler, the HBM check and the roofline latency estimate."""
+    gen = topology.spec
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, list) else cost
+    argument, output, temp = memory.argument_size_in_bytes, memory.output_size_in_bytes, memory.temp_size_in_bytes
+    peak = getattr(memory, "peak_memory_in_bytes", 0) or (
+        argument + output + temp + memory.generated_code_size_in_bytes - memory.alias_size_in_bytes)
+    hbm = gen.hbm_bytes // gen.devices_per_chip
+    flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+    peak_flops, bandwidth = gen.peak_flops / gen.devices_per_chip, gen.hbm_bytes_per_s / gen.devices_per_chip
+    return {
+        "generation": topology.generation, "peak_bytes": int(peak), "argument_bytes": int(argument),
+        "output_bytes": int(output), "temp_bytes": int(temp), "hbm_bytes_per_device": hbm, "fits_hbm": peak <= hbm,
+        "flops": flops, "bytes_accessed": accessed,
+        "est_seconds": max(flops / peak_flops, accessed / bandwidth),
+        "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes accessed / HBM bandwidth); "
+                      "excludes host dispatch and launch overhead",
+        "compiler_est_seconds": _compiler_estimate(cost),
+    }
+
+
+def _compiler_estimate(cost: dict) -> float | None:
+    """libtpu's own estimate; it reports a negative sentinel for programs it cannot model (seen on sort/scatter)."""
+    seconds = cost.get("optimal_seconds")
+    return float(seconds) if seconds is not None and seconds >= 0 else None
+
+
+def _write_executable(compiled, path: Path, out: Path) -> str | None:
+    from jax.experimental.serialize_executable import serialize
+
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(serialize(compiled)[0])
+    return str(path.relative_to(out))
+
+
+def _compile_error(exc: BaseException, noise) -> str:
+    from edgeport.diagnostics import first_line
+
+    text = first_line(exc)
+    hint = next((ln for ln in noise.text().splitlines() if "out of memory" in ln.lower() or "error" in ln.lower()), None)
+    return (text + (f" | {hint.strip()}" if hint and hint.strip() not in text else ""))[:500]
+
+
+COMPILE_HEADERS = ("variant", "topology", "compiled", "sharding", "peak MiB/device", "fits HBM", "GFLOP/device",
+                   "est. µs (roofline)", "est. µs (compiler)")
+COMPILE_TITLE = "TPU ahead-of-time compiles (memory and FLOPs from the compiler; latencies are ESTIMATES, not measured)"
+
+
+def report_sections(row: dict) -> list[ReportSection]:
+    """One table row per topology the row's artifact was compiled for."""
+    compiles = row.get("tpu_compile") or []
+    return [ReportSection("tpu_compile", COMPILE_TITLE, COMPILE_HEADERS, [_compile_cells(row["variant"], c) for c in compiles])] if compiles else []
+
+
+def _compile_cells(variant: str, c: dict) -> list[str]:
+    from edgeport.validate.render import fmt
+
+    us = lambda v: fmt(v * 1e6 if isinstance(v, (int, float)) else None, ".3g")  # noqa: E731
+    return [f"{variant} {c['program']}" if c.get("program") else variant, c["topology"], "yes" if c["ok"] else f"no: {c.get('error') or ''}"[:120], c.get("sharding") or "–",
+            fmt(c["peak_bytes"] / 2**20 if c.get("peak_bytes") else None, ".2f"),
+            {True: "yes", False: "NO"}.get(c.get("fits_hbm"), "–"),
+            fmt(c["flops"] / 1e9 if c.get("flops") is not None else None, ".3g"),
+            us(c.get("est_seconds")), us(c.get("compiler_est_seconds"))]

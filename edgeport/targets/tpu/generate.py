@@ -1,0 +1,107 @@
+"""TPU for generative models: ``jax.export`` of every signature (``prefill_<L>``, ``decode``) for ("cpu",
+"tpu"), the weights saved once beside them, and libtpu AOT compiles of each per ``--tpu-topology``.
+
+Written to ``DIR/tpu/generate_<variant>/``: ``<signature>.jax_export``, ``weights.safetensors`` (shared:
+each signature's ``meta.json`` entry lists the weights it takes), ``meta.json`` and
+``executables/<topology>_<signature>.tpu_exec``.
+
+The HBM table is where a model stops fitting: decode's arguments are the weights plus the KV cache at
+``--cache-len``, so the compiler's memory analysis counts both (from the compiler, not from shapes: a
+TPU tile pads a head_dim of 16). Decode is compiled with the cache donated, as a server runs it: the
+updated cache reuses the input buffers instead of being counted a second time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.tpu.signatures import META_FILE, WEIGHTS_FILE, JaxSignatureRunner
+
+
+def convert(job: GenerativeJob) -> Converted:
+    from edgeport.targets.tpu.aot import topologies_of
+    from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
+
+    prefer_cpu_backend()
+    libtpu_compile_env()
+    import jax
+
+    out = job.out_dir / f"generate_{job.variant}"
+    out.mkdir(parents=True, exist_ok=True)
+    precision = "highest" if job.variant == "fp32" else "default"
+    topologies = [] if job.artifact_only else topologies_of(job.options)
+    weights, meta, compiles = {}, {}, []
+    # x64 off whatever an earlier converter set (litert-torch's jax bridge turns it on globally at import):
+    # int64 ids, positions and cache lengths become int32 avals, so the artifact takes the same dtypes in
+    # every process that loads it (a fresh `validate` or a server runs with jax's default, x64 off)
+    with jax.enable_x64(False):
+        for name, program in job.programs.items():
+            lowered, entry = _export(name, program, job, out, precision)
+            _merge_weights(weights, lowered.weights)
+            donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
+            compiles += _compile_all(topologies, lowered, out, donate, name, precision)
+            meta[name] = entry
+    _write(out, weights, meta, job, precision)
+    for failed in (c for c in compiles if not c["ok"]):
+        job.notes.append(f"TPU compile of {failed['program']} for {failed['topology']} failed: {failed['error']}")
+    if compiles:
+        job.notes.append("tpu_compile: decode's arguments are the weights plus the KV cache at --cache-len (donated: "
+                         "updated in place); memory and FLOPs from libtpu's compiler, est. latencies are roofline ESTIMATES")
+    return Converted(out, {"tpu_compile": compiles, "matmul_precision": precision})
+
+
+def _export(name: str, program, job: GenerativeJob, out: Path, precision: str):
+    import jax
+
+    from edgeport.targets.tpu.target import _weight_avals, lower_program
+
+    sample = job.samples[name]
+    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()))
+    with jax.default_matmul_precision(precision):
+        exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
+            _weight_avals(lowered.weights), *lowered.input_avals)
+    (out / f"{name}.jax_export").write_bytes(exported.serialize())
+    outputs = list(program.call_spec.out_spec.context)
+    describe = lambda n, a: {"name": n, "shape": [int(d) for d in a.shape], "dtype": str(a.dtype)}  # noqa: E731
+    n_weights = len(lowered.weights)
+    return lowered, {"file": f"{name}.jax_export", "weights": sorted(lowered.weights),
+                     "inputs": [describe(n, a) for n, a in zip(sample, exported.in_avals[n_weights:])],
+                     "outputs": [describe(n, a) for n, a in zip(outputs, exported.out_avals)]}
+
+
+def _merge_weights(into: dict, weights: dict) -> None:
+    """Signatures of one model share their weights: store each once (a name bound to other values is a bug)."""
+    import numpy as np
+
+    for key, value in weights.items():
+        if key in into and not (into[key].shape == value.shape and np.array_equal(np.asarray(into[key]), np.asarray(value))):
+            raise ValueError(f"weight {key!r} differs between signatures")
+        into.setdefault(key, value)
+
+
+def _compile_all(topologies, lowered, out: Path, donate: tuple, name: str, precision: str) -> list[dict]:
+    import jax
+
+    from edgeport.targets.tpu.aot import compile_for_topology
+
+    with jax.default_matmul_precision(precision):
+        return [compile_for_topology(t, lowered, out, donate, program=name) for t in topologies]
+
+
+def _write(out: Path, weights: dict, meta: dict, job: GenerativeJob, precision: str) -> None:
+    from safetensors.flax import save_file
+
+    save_file(weights, str(out / WEIGHTS_FILE))
+    (out / META_FILE).write_text(json.dumps({
+        "format": "jax.export", "platforms": ["cpu", "tpu"], "variant": job.variant, "matmul_precision": precision,
+        "call": "exported.call({w: weights[w] for w in signature.weights}, *inputs in signature order) -> outputs",
+        "signatures": meta}, indent=2) + "\n")
+
+
+def load(path: Path, threads: int) -> JaxSignatureRunner:
+    return JaxSignatureRunner(Path(path), threads)
+
+
+GENERATIVE = GenerativeSupport(variants=("fp32", "bf16"), convert=convert, load=load)

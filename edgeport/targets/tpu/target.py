@@ -1,0 +1,262 @@
+"""TPU target: the exported program -> torchax -> ``jax.export`` for ("cpu", "tpu") + libtpu AOT compiles.
+
+Written to ``DIR/tpu/<variant>/``: ``model.jax_export`` (the deployment artifact, loaded by
+:mod:`edgeport.targets.tpu.runtime`), ``weights.safetensors`` beside it, ``model.stablehlo.mlir`` for
+inspection, ``meta.json`` and ``executables/<topology>.tpu_exec`` (libtpu executables compiled on this
+CPU-only host with a compile-only topology, so a TPU host can skip compilation).
+
+Why these choices:
+- One lowering, checked the way it will run: parity runs the CPU lowering of the serialized bytes; the TPU
+  lowering of the same StableHLO is what libtpu compiles. fp32 exports use "highest" matmul precision so
+  a TPU computes what parity checked (TPUs otherwise run f32 matmuls as one bf16 pass); bf16 is its own
+  variant with its own budget.
+- Inputs and outputs by construction (issue 6 class 8): the jax function takes the user inputs as a flat
+  positional list in the program's signature order (never a dict jit would sort), and returns exactly the
+  program's USER_OUTPUT values picked by the output spec, so mutated buffers never leak in as outputs.
+- TPU numbers without a TPU are estimates and labelled so: memory and FLOPs come from the compiler, the
+  latency is a roofline over the chip's published peak FLOP/s and HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeport.diagnostics import first_line, user_source, with_location
+from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
+from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_cached,  # noqa: F401
+                                     compile_for_topology, compile_id, merge_pieces, pieces, report_sections,
+                                     topologies_of, validate_topologies)
+from edgeport.targets.tpu.runtime import JaxXlaRunner
+from edgeport.validate import parity
+
+
+# ----------------------------------------------------------------------------------------------- lowering
+
+class LoweringError(RuntimeError):
+    """torchax could not lower one node: names the aten op and the user's source line."""
+
+
+@dataclass
+class Lowered:
+    fn: object                  # fn(weights: dict, *inputs) -> tuple of user outputs
+    weights: dict               # name -> jax array, in the exported program's state
+    input_avals: list           # jax.ShapeDtypeStruct per user input, symbolic dims where the program has them
+    compile_avals: list         # the same at the example shapes (a TPU executable needs concrete shapes)
+    dynamic_dims: dict          # input name -> [dims kept symbolic]
+
+
+def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = ()) -> Lowered:
+    """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature."""
+    import jax.numpy as jnp
+    import torchax
+    from torch.export.graph_signature import InputKind, OutputKind
+    from torchax import decompositions
+    from torchax.ops import mappings
+
+    torchax.default_env()  # builds torchax's op table (the interpreter looks ops up there)
+    with warnings.catch_warnings():  # torch's own pytree deprecation noise while copying the program
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec.*")
+        program = program.run_decompositions().run_decompositions(decompositions.DECOMPOSITIONS)
+    signature = program.graph_signature
+    state = {**program.state_dict, **program.constants}
+    state_names = [s.target for s in signature.input_specs if s.kind != InputKind.USER_INPUT]
+    user_positions = [i for i, s in enumerate(signature.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+    weights = {name: mappings.t2j(state[name].detach()) for name in state_names}
+    compute = jnp.bfloat16 if variant == "bf16" else None
+    if compute is not None:
+        weights = {k: v.astype(compute) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in weights.items()}
+    interpreter_class = _node_reporting_interpreter()
+    input_avals = _input_avals(program)
+    compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
+    out_dtypes = [jnp.dtype(mappings.t2j_dtype(_output_dtype(program, i))) for i in user_positions]
+
+    def fn(weights: dict, *inputs):
+        if compute is not None:
+            inputs = [x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x for x in inputs]
+        results = interpreter_class(program.graph_module).run(*[weights[n] for n in state_names], *inputs,
+                                                              enable_io_processing=False)
+        return tuple(results[i].astype(out_dtypes[k]) for k, i in enumerate(user_positions))
+
+    dynamic = {name: [d for d, size in enumerate(a.shape) if not isinstance(size, int)]
+               for name, a in zip(input_names, input_avals)}
+    return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v})
+
+
+def _input_avals(program) -> list:
+    """User-input avals; a torch symbolic dim becomes a jax symbolic dim (torchax maps the constraints).
+    64-bit dtypes follow jax's setting (int64 ids become int32 unless x64 is on), as the artifact will."""
+    import jax
+    from torchax.export import extract_avals
+
+    return [jax.ShapeDtypeStruct(a.shape, jax.dtypes.canonicalize_dtype(a.dtype)) for a in extract_avals(program)]
+
+
+def _concrete(aval, example):
+    import jax
+
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in example.shape), aval.dtype)
+
+
+def _output_dtype(program, index: int):
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    return output_node.args[0][index].meta["val"].dtype
+
+
+def _node_reporting_interpreter():
+    """torchax's interpreter, but a failing node raises :class:`LoweringError` with the aten op and the
+    FX node's source location instead of a bare assertion from deep inside torchax."""
+    from torchax.export import JaxInterpreter
+
+    class NodeReportingInterpreter(JaxInterpreter):
+        def run_node(self, node):
+            try:
+                return super().run_node(node)
+            except LoweringError:
+                raise
+            except Exception as exc:
+                raise LoweringError(describe_node_failure(node, exc)) from exc
+
+    return NodeReportingInterpreter
+
+
+def describe_node_failure(node, exc: BaseException) -> str:
+    op = getattr(node.target, "name", lambda: str(node.target))() if node.op == "call_function" else node.op
+    message = f"torchax cannot lower {op} (node {node.name}): {first_line(exc, 260)}"
+    return with_location(message, user_source(node.meta.get("stack_trace")))
+
+
+# ------------------------------------------------------------------------------------------------ convert
+
+def convert(job: ConvertJob) -> Converted:
+    from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
+    from edgeport.targets.tpu.runtime import EXPORT_FILE
+    from edgeport.targets.tpu.device import tpu_host_status
+
+    prefer_cpu_backend()
+    libtpu_compile_env()
+    import jax
+
+    out = job.out_dir / job.variant
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    precision = "highest" if job.variant == "fp32" else "default"
+    # x64 off whatever an earlier converter left on (litert-torch's jax bridge enables it globally at import):
+    # with it on, int64 inputs and buffers became int64 avals, and the artifact failed to run in any fresh
+    # process ("Dtype mismatch ... expected int64 and called with int32")
+    with jax.default_matmul_precision(precision), jax.enable_x64(False):
+        lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs], job.example_inputs)
+        exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
+            _weight_avals(lowered.weights), *lowered.input_avals)
+        serialized = exported.serialize()
+        lower_seconds = time.perf_counter() - start
+        # artifact_only: a caller (e.g. parity localization) needs only something to run, not the TPU compiles
+        topologies = [] if job.artifact_only else topologies_of(job.options)
+        identity = compile_id(serialized, lowered) if job.cache is not None and topologies else None
+        compiles = [compile_cached(t, lowered, out, job.cache, identity) for t in topologies]
+    if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
+        _add_notes(job, lowered, compiles)
+        return Converted(out, {"tpu_compile": compiles})
+    _write_artifact(out, job, exported, serialized, lowered, precision, compiles)
+    _add_notes(job, lowered, compiles)
+    host = tpu_host_status()
+    details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
+               "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
+               "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
+    if host["tpu_present"] and not job.artifact_only:
+        details["tpu_measured"] = measure_on_tpu_host(job, out)
+    return Converted(out / EXPORT_FILE, details)
+
+
+def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, lowered: Lowered, precision: str,
+                    compiles: list[dict]) -> None:
+    from safetensors.flax import save_file
+
+    from edgeport.targets.tpu.runtime import EXPORT_FILE, META_FILE, WEIGHTS_FILE
+
+    (out / EXPORT_FILE).write_bytes(serialized)
+    save_file(lowered.weights, str(out / WEIGHTS_FILE))
+    (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
+    executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
+    (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
+
+
+def _add_notes(job: ConvertJob, lowered: Lowered, compiles: list[dict]) -> None:
+    if job.dynamic and not lowered.dynamic_dims:
+        job.notes.append(f"--dynamic {', '.join(job.dynamic)}: the program has no symbolic dims "
+                         "(a saved .pt2 keeps the shapes it was exported with); the artifact is static")
+    for failed in (c for c in compiles if not c["ok"]):
+        job.notes.append(f"TPU compile for {failed['topology']} failed: {failed['error']}")
+    job.notes.append("tpu_compile: memory and FLOPs come from libtpu's compiler; est_seconds is a roofline "
+                     "estimate from published chip figures, not a measurement")
+
+
+def measure_on_tpu_host(job: ConvertJob, out: Path) -> list[dict]:
+    """On a TPU host: the artifact through jax on the TPU and (default variant) the program through
+    torch_tpu, each in a worker subprocess; measured parity and latency beside the estimates."""
+    from edgeport.core.eager import EagerRunner
+    from edgeport.targets.tpu.device import run_in_worker
+    from edgeport.validate.parity import compare
+
+    samples = job.samples or job.calibration_samples()
+    eager = EagerRunner(job.program.module(), [i.dtype for i in job.signature.inputs], 1)
+    reference = [eager.run(s) for s in samples]
+    runs = [("jax", out)] + ([("torch_tpu", job.out_dir.parent / "exported.pt2")] if job.variant == TARGET.default_variant else [])
+    measured = []
+    for engine, artifact in runs:
+        result = run_in_worker(engine, artifact, samples)
+        if result["ok"]:
+            parity = compare(reference, result["outputs"], job.budget or TARGET.budget(job.variant),
+                             [o.name for o in job.signature.outputs])
+            result["parity"] = {k: parity[k] for k in ("passed", "max_abs_err", "max_rel_err", "cosine_min", "message")}
+        else:
+            job.notes.append(f"TPU host run ({engine}) failed: {result['error']}")
+        measured.append({k: v for k, v in result.items() if k != "outputs"})
+    return measured
+
+
+def _weight_avals(weights: dict) -> dict:
+    import jax
+
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in weights.items()}
+
+
+def _meta(job: ConvertJob, exported, lowered: Lowered, precision: str, executables: dict) -> dict:
+    """What a loader or an app needs to call the artifact, without jax or torch to read it."""
+    n_weights = len(lowered.weights)
+    describe = lambda info, aval: {"name": info.name, "shape": [d if isinstance(d, int) else str(d) for d in aval.shape],  # noqa: E731
+                                   "dtype": str(aval.dtype)}
+    return {
+        "format": "jax.export", "platforms": list(exported.platforms), "variant": job.variant,
+        "matmul_precision": precision, "call": "exported.call(weights, *inputs) -> tuple(outputs)",
+        "inputs": [describe(i, a) for i, a in zip(job.signature.inputs, exported.in_avals[n_weights:])],
+        "outputs": [describe(o, a) for o, a in zip(job.signature.outputs, exported.out_avals)],
+        "dynamic_dims": lowered.dynamic_dims, "executables": executables,
+    }
+
+
+TARGET = Target(
+    name="tpu",
+    description="TPU: torchax -> jax.export (StableHLO, cpu+tpu) with libtpu AOT compiles per topology",
+    variants=("fp32", "bf16"),
+    budgets={"fp32": parity.FP32, "bf16": parity.BF16},
+    requires=("torchax", "jax", "libtpu", "safetensors"),
+    extra="tpu",
+    convert=convert,
+    runners=(JaxXlaRunner,),
+    generative="edgeport.targets.tpu.generate",
+    calibrated_variants=(),
+    relative_cost=3.0,
+    thread_sweep=False,
+    options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
+                          f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,
+                          validate=validate_topologies),),
+    report_sections=report_sections,
+    pieces=pieces,
+    merge_pieces=merge_pieces,
+    rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops"),
+    refuses=(("aten.conv2d.padding", "'immutable_list' object does not support mutation"),),
+)
