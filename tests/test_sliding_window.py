@@ -3,8 +3,8 @@ slots per global layer) on every target, token-exact for generations longer than
 
 The default suite converts one tiny Gemma-3-shaped model (sliding + global layers, window 8, one kv head
 as Gemma-3-1B) ONCE for
-LiteRT, ONNX and TPU with --cache-len 32 and 20 new tokens, prefill lengths 6 and 12 (12 > the window: a
-right-padded prompt must not push its real tokens out of the ring). Gemma2 (eager attention: additive float
+LiteRT, ONNX and TPU with --cache-len 32 and 20 new tokens, one prefill length of 12 (> the window: a
+right-padded prompt must not push its real tokens out of the ring; half the judged prompts are padded). Gemma2 (eager attention: additive float
 masks, soft-capping) and Cohere2 are `slow`.
 """
 
@@ -18,7 +18,7 @@ from conftest import read_report, run_cli
 
 TARGETS = ("litert", "onnx", "tpu")
 WINDOW, CACHE, NEW, PROMPTS = 8, 32, 20, 4
-GEN_ARGS = ("--prefill-len", "6", "--prefill-len", "12", "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
+GEN_ARGS = ("--prefill-len", "12", "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
             "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1", "--no-latency")
 HYBRID = ["sliding_attention", "full_attention", "sliding_attention"]
 
@@ -124,6 +124,21 @@ def test_exported_programs_match_dynamic_cache_generate(gemma3):
         assert got.tokens == ref.sequences[0, len(prompt):].tolist(), len(prompt)
         logits = torch.cat(ref.logits).numpy()
         np.testing.assert_allclose(got.logits, logits, atol=1e-4 * np.abs(logits).max())
+
+
+def test_prefill_keeps_each_slots_latest_real_position():
+    """Slot s after a prefill of length L holding a prompt of n real tokens: the latest p < n with
+    p % W == s (the padding never displaces a real token), or nothing real yet (s >= n)."""
+    import torch
+
+    from edgeport.generative.ring_cache import ring_sources
+
+    for length in (3, 8, 12, 20):
+        for n in range(1, length + 1):
+            got = ring_sources(torch.tensor(n), WINDOW, length).tolist()
+            for slot, source in enumerate(got):
+                real = [p for p in range(n) if p % WINDOW == slot]
+                assert source == (real[-1] if real else 0) and 0 <= source < length, (length, n, slot)
 
 
 def test_what_a_ring_cannot_hold_is_one_line(tmp_path):
