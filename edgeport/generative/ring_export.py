@@ -21,8 +21,9 @@ from edgeport.generative.ring_cache import CachePlan, RingLayer, cache_plan
 
 @dataclass(frozen=True)
 class MaskStyle:
-    keys: tuple[str, ...] | None    # the model's mask dict keys (layer types), or None: one tensor
+    keys: tuple[str, ...] | None    # the model's mask dict keys (layer types) that carry a mask, or None: one tensor
     dtype: torch.dtype              # bool (SDPA) or a float dtype (an additive mask)
+    unmasked: tuple[str, ...] = ()  # dict keys the model leaves None (passed on as None)
 
     def input_name(self, key: str | None) -> str:
         return "attention_mask" if key is None else f"attention_mask_{key}"
@@ -36,7 +37,7 @@ def mask_style(decode_mask, plan: CachePlan) -> MaskStyle:
         if not set(keys) <= set(plan.layer_types) or not masks:
             raise UsageError(f"this model's attention masks ({', '.join(decode_mask)}) do not match its layer "
                              f"types ({', '.join(sorted(set(plan.layer_types)))}): a ring cache cannot feed them")
-        return MaskStyle(keys, masks[0].dtype)
+        return MaskStyle(keys, masks[0].dtype, tuple(k for k, v in decode_mask.items() if v is None))
     if isinstance(decode_mask, torch.Tensor) and len(set(plan.ring)) == 1:
         return MaskStyle(None, decode_mask.dtype)
     raise UsageError("this model builds its attention masks inside its forward (no 4-D decode mask to feed): "
@@ -76,7 +77,7 @@ class RingLM(torch.nn.Module):
     def decode_masks(self, kw: dict):
         if self.style.keys is None:
             return kw[self.style.input_name(None)]
-        return {key: kw[self.style.input_name(key)] for key in self.style.keys}
+        return {key: kw[self.style.input_name(key)] for key in self.style.keys} | dict.fromkeys(self.style.unmasked)
 
     def prefill_masks(self):
         """Causal within the prompt; sliding layers also within the window (key_pos > pos - W, as
@@ -88,7 +89,8 @@ class RingLM(torch.nn.Module):
         if self.style.keys is None:
             kind = "sliding_attention" if self.plan.ring[0] else "full_attention"
             return as_mask(allowed[kind], self.style.dtype).view(1, 1, length, length)
-        return {key: as_mask(allowed[key], self.style.dtype).view(1, 1, length, length) for key in self.style.keys}
+        return ({key: as_mask(allowed[key], self.style.dtype).view(1, 1, length, length) for key in self.style.keys}
+                | dict.fromkeys(self.style.unmasked))
 
 
 def prefill_sample(model, length: int) -> dict:
