@@ -96,7 +96,7 @@ def save_calls(folder, calls) -> None:
 
 def record_forward(out, replay) -> None:
     """Each LiteRT artifact on its parity sample through edgeport's own runner, at the runtime's level."""
-    from edgeport.runtimes.litert import LiteRTRunner
+    from edgeport.targets.litert.runtime import LiteRTRunner
     from edgeport.validate.sample import read_parity_sample
 
     manifest = json.loads((out / "manifest.json").read_text())
@@ -111,9 +111,9 @@ def record_forward(out, replay) -> None:
 def record_generation(out, replay, extra_prompts) -> list[list[int]]:
     """edgeport's greedy loop over the LiteRT artifact, every signature call recorded; returns the tokens of
     ``extra_prompts`` (prompts the parity sample lacks: one longer than every prefill, one of one token)."""
-    from edgeport.generative.layout import Layout
-    from edgeport.generative.loop import greedy
-    from edgeport.runtimes.litert_signatures import LiteRTSignatureRunner
+    from edgeport.pipeline.tasks.text_generation.layout import Layout
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.targets.litert.signatures import LiteRTSignatureRunner
 
     manifest = json.loads((out / "manifest.json").read_text())
     gen = manifest["generation"]

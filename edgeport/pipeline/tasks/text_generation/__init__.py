@@ -7,6 +7,7 @@ target that declares generative support, and judged by the tokens they generate.
     layout.py     the roles of every tensor (ids, positions, mask, cache) and how to feed them
     flat.py       transformers' exported programs -> flat programs with named tensor I/O
     export.py     load the causal LM, export_for_generation once, one prefill per length + decode, save
+    ring_cache.py / ring_export.py   sliding-window models past the window: a W-slot ring per sliding layer
     session.py    prepare: load -> export -> prompts -> reference (GenSession, what every row shares)
     reference.py  the model's own greedy generate (static cache), per-step logits, eager timings
     rows.py       one row's build (the target's rewrites on every program, then its converter) and judge

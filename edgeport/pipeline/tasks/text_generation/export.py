@@ -128,18 +128,29 @@ def export_raw(model, lens: tuple[int, ...], cache_len: int) -> dict:
 
 
 def check_window(model, cache_len: int) -> None:
-    """Refuse a cache longer than a sliding-window layer's window (exit 2, one line). transformers' static
-    sliding-window layer holds min(window, cache) slots and picks "write in place" or "roll the window" with
-    a Python int while tracing: the exported decode only ever writes, so past the window it would write out
-    of range. The layers and their sizes come from transformers' own StaticCache for the config (no family
-    list here)."""
-    from transformers import StaticCache
+    """A cache longer than a sliding-window layer's window needs per-layer ring caches (:mod:`.ring_cache`):
+    exit 2, one line, for the layers a ring cannot hold (before minutes of export)."""
+    from edgeport.pipeline.tasks.text_generation.ring_cache import cache_plan, needs_ring
 
-    layers = StaticCache(config=model.config, max_cache_len=cache_len).layers
-    window = min((layer.max_cache_len for layer in layers if getattr(layer, "is_sliding", False)), default=cache_len)
-    if window < cache_len:
-        raise UsageError(f"--cache-len {cache_len} exceeds the model's sliding attention window ({window} tokens): the "
-                         f"exported decode program cannot roll the window; use --cache-len {window} or less")
+    if needs_ring(model, cache_len):
+        cache_plan(model, cache_len)
+
+
+def export_programs(model, plan) -> dict:
+    """signature -> (flat program, sample kwargs). transformers' static sliding-window layer picks "write
+    in place" or "roll the window" with a Python int while tracing, so past the window its decode would
+    write out of range: such models get ring caches (:mod:`.ring_export`), every other model transformers'
+    own export."""
+    from edgeport.pipeline.tasks.text_generation.flat import flatten
+    from edgeport.pipeline.tasks.text_generation.ring_cache import needs_ring
+
+    if needs_ring(model, plan.cache_len):
+        from edgeport.pipeline.tasks.text_generation.ring_export import export_ring
+
+        decode = capture(model, plan.prefill_lens[0], plan.cache_len)["decode"][1]
+        return export_ring(model, plan.prefill_lens, plan.cache_len, decode.get("attention_mask"))
+    raw = export_raw(model, plan.prefill_lens, plan.cache_len)
+    return {name: flatten(program) for name, program in raw.items()}
 
 
 def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) -> Exported:
@@ -152,8 +163,7 @@ def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) 
     model, notes = loaded or load_causal_lm(source)
     check_window(model, plan.cache_len)
     try:
-        raw = export_raw(model, plan.prefill_lens, plan.cache_len)
-        flat = {name: flatten(program) for name, program in raw.items()}
+        flat = export_programs(model, plan)
     except UsageError:  # a model the generative contract cannot describe: one line, exit 2
         raise
     except Exception as exc:

@@ -9,6 +9,9 @@ one description the greedy loop, the judge, ``edgeport generate`` and an app all
 - ``decode``: ``input_ids (1, 1)``, ``position_ids (1, 1)`` = pos, the mask (``attention_mask`` or a
   family's variant of the name) (1, 1, 1, C) bool, True on slots 0..pos, and the whole cache; returns
   ``logits (1, 1, V)`` and the updated cache (``cache_len_<l>`` = pos + 1).
+- ring caches (a sliding-window model with C above its window W, :mod:`.ring_cache`): a sliding layer's
+  keys/values have W slots, its mask (1, 1, 1, W) is True on slots 0..min(pos, W - 1), and prefill takes
+  ``prompt_len`` (the real prompt length) instead of ``cache_len_<l>``.
 
 A prompt shorter than a prefill length is right-padded into it; the cache lengths are then set back to the
 real length, so the padded slots are masked out and overwritten before they are ever attended.
@@ -104,6 +107,8 @@ def prefill_feeds(layout: Layout, length: int, ids: list[int]) -> dict[str, np.n
             feeds[name] = np.arange(length, dtype=np.int64)[None]
         elif name.startswith("cache_len_"):
             feeds[name] = np.zeros((), np.int64)
+        elif name == "prompt_len":  # ring caches: which prompt positions are real (see ring_cache)
+            feeds[name] = np.array(len(ids), np.int64)
         elif is_mask(name):
             feeds[name] = prefill_mask(entry, length, layout.cache_len)
         else:
@@ -139,8 +144,8 @@ def decode_feeds(layout: Layout, token: int, pos: int, cache: dict[str, np.ndarr
             feeds[name] = np.array([[token]], np.int64)
         elif name == "position_ids":
             feeds[name] = np.array([[pos]], np.int64)
-        elif is_mask(name):
-            allowed = np.zeros(layout.cache_len, bool)
+        elif is_mask(name):  # S slots: C, or a sliding layer's ring of W (all W real once pos >= W - 1)
+            allowed = np.zeros(entry["shape"][-1], bool)
             allowed[: pos + 1] = True
             feeds[name] = as_mask(allowed, entry)
         elif name in cache:

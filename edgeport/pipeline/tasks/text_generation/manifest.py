@@ -18,10 +18,12 @@ from pathlib import Path
 from edgeport import __version__
 
 FEEDING = {
-    "prefill_<L>": "input_ids (1, L) right-padded with 0; position_ids 0..L-1; cache_len_<l> 0. Then set every "
-                   "cache_len_<l> output to the real prompt length before the first decode.",
-    "decode": "input_ids (1, 1) = the last token; position_ids (1, 1) = its slot pos; attention_mask (1, 1, 1, C) "
-              "True (or 0.0 for a float mask) on slots 0..pos; the cache outputs of the previous call.",
+    "prefill_<L>": "input_ids (1, L) right-padded with 0; position_ids 0..L-1; cache_len_<l> 0 (prompt_len, when "
+                   "present, = the real prompt length). Then set every cache_len_<l> output to the real prompt "
+                   "length before the first decode.",
+    "decode": "input_ids (1, 1) = the last token; position_ids (1, 1) = its position pos; each attention_mask* "
+              "(1, 1, 1, S) True (or 0.0 for a float mask) on slots 0..min(pos, S - 1), S its last dimension: C, "
+              "or a sliding layer's ring of W slots (written at pos % W); the cache outputs of the previous call.",
     "greedy": "next token = argmax of logits (prefill: row len(prompt) - 1); stop at an eos id or a full cache.",
 }
 
