@@ -42,8 +42,9 @@ def convert(job: GenerativeJob) -> Converted:
     from edgeport.export.litert import op_counts
 
     fp32 = artifact_path(job.out_dir, "fp32")
+    applied = []
     if job.variant == "fp32" or not fp32.is_file():
-        _convert_fp32(job, fp32)
+        applied = _convert_fp32(job, fp32)
     path, details = fp32, {}
     if job.variant != "fp32":
         path = artifact_path(job.out_dir, job.variant)
@@ -51,34 +52,33 @@ def convert(job: GenerativeJob) -> Converted:
         if job.variant in BLOCKWISE:
             details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
     return Converted(path, {"ops": op_counts(path), "kv_cache": "explicit input/output state (no resource variables)",
-                            **details}, parity_caveat=one_kv_head_caveat(job.layout) if job.variant == "fp32" else None)
+                            **details}, rewrites=applied)
 
 
-def one_kv_head_caveat(layout: dict) -> str | None:
-    """litert-torch 0.10 converts attention with ONE kv head (MQA: GPTBigCode, Falcon, Gemma-2B) with ~3e-3
-    relative logits error (a plain forward shows it too; ONNX and TPU are exact on the same programs): a
-    failed fp32 logits budget on such a model is the converter's, and the row says so."""
-    if any(c["kind"] == "key" and c["shape"][1] == 1 for c in layout["cache"]):
-        return ("known litert-torch 0.10 issue: attention with one kv head (multi-query) converts with ~3e-3 "
-                "relative logits error")
-    return None
+# Node passes applied to every signature's module before litert-torch traces it (the generative programs do
+# not go through the forward pipeline's apply_rewrites): one kv head's head broadcast, complex RoPE.
+GENERATIVE_REWRITES = ("expand_before_transpose",)
 
 
-def _convert_fp32(job: GenerativeJob, path: Path) -> None:
+def _convert_fp32(job: GenerativeJob, path: Path) -> list[str]:
+    """Convert every signature into one .tflite; returns the rewrites that changed any signature."""
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    from edgeport.export.rewrites import rewrite_module
     from edgeport.runtimes.jax_xla import prefer_cpu_backend
 
     prefer_cpu_backend()  # litert-torch's lowering initializes jax: keep it off libtpu (noise, a lock)
     import litert_torch
 
-    converter = None
+    converter, applied = None, []
     for name, program in job.programs.items():
         module = program.module()
+        applied += [r for r in rewrite_module(module, GENERATIVE_REWRITES) if r not in applied]
         module.training = False  # .eval() is refused on an unlifted program; the flag is what litert reads
         kwargs = {k: v.clone() for k, v in job.samples[name].items()}
         add = litert_torch.signature if converter is None else converter.signature
         converter = add(name, module, sample_kwargs=kwargs)
     converter.convert().export(str(path))
+    return applied
 
 
 def _quantize(src: Path, dst: Path, variant: str) -> None:

@@ -73,6 +73,7 @@ def run_generation_row(target, variant: str, session: GenSession, staging: Path,
         return row.to_json()
     record(row, converted.artifact, staging, start)
     row.details.update(converted.details)
+    row.rewrites.extend(r for r in converted.rewrites if r not in row.rewrites)
     row.note(*session.notes, *job.notes)
     start = time.perf_counter()
     with redirected(log):

@@ -9,8 +9,8 @@ report row. One module per family; each registers its passes where it defines th
 otherwise; parity against the user's own eager model still judges every artifact.
 """
 
-from edgeport.export.rewrites import conv, custom_ops, dft, experts, histc, precision, scatter, sort  # noqa: F401
-from edgeport.export.rewrites.apply import REFUSED_WHEN, Rewritten, apply_rewrites, refused_ops
+from edgeport.export.rewrites import attention, conv, custom_ops, dft, experts, histc, precision, scatter, sort  # noqa: F401
+from edgeport.export.rewrites.apply import REFUSED_WHEN, Rewritten, apply_rewrites, refused_ops, rewrite_module
 from edgeport.export.rewrites.custom_ops import describe_custom_ops, load_decompositions
 from edgeport.export.rewrites.experts import apply_module_rewrites
 from edgeport.export.rewrites.precision import low_precision_of
@@ -18,4 +18,4 @@ from edgeport.export.rewrites.registry import REWRITES, PROGRAM_PASSES, Rewrite,
 
 __all__ = ["REFUSED_WHEN", "REWRITES", "PROGRAM_PASSES", "Rewrite", "RewriteFailed", "Rewritten", "apply_module_rewrites",
            "apply_rewrites", "check_known", "describe_custom_ops", "load_decompositions", "low_precision_of",
-           "refused_ops"]
+           "refused_ops", "rewrite_module"]

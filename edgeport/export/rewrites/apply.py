@@ -51,9 +51,7 @@ def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict |
         if rewrite is None or not any(_matches(rewrite, node) for node in program.graph.nodes):
             continue  # a program pass (handled above), or no work: unlifting a big program costs seconds
         gm = gm or program.module()
-        changed = [rewrite.rewrite(gm, node) for node in list(gm.graph.nodes) if _matches(rewrite, node)]
-        if any(changed):
-            applied.append(name)
+        applied += rewrite_module(gm, [name])
     if not applied:
         return Rewritten(program, example, [], [])
     gm.recompile()
@@ -62,6 +60,22 @@ def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict |
     except Exception as exc:
         raise RewriteFailed(f"re-export after rewrites {', '.join(applied)} failed: {exc}") from exc
     return Rewritten(new_program, example, applied, notes, precision)
+
+
+def rewrite_module(gm, names) -> list[str]:
+    """Apply the named node passes to a GraphModule in place (no re-export) and return the ones that changed
+    it. For callers that trace the module again themselves (LiteRT's generative signatures)."""
+    applied = []
+    for name in names:
+        rewrite = REWRITES.get(name)
+        if rewrite is None:
+            continue  # a program pass: apply_rewrites handles those
+        changed = [rewrite.rewrite(gm, node) for node in list(gm.graph.nodes) if _matches(rewrite, node)]
+        if any(changed):
+            applied.append(name)
+    if applied:
+        gm.recompile()
+    return applied
 
 
 def reexport(gm, example: tuple):
