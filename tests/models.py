@@ -248,3 +248,34 @@ class BiasedAttention(nn.Module):
 def biased_attention():
     torch.manual_seed(0)
     return BiasedAttention().eval(), (torch.randn(2, 8, 16),)
+
+
+class MQAttention(nn.Module):
+    """Causal self-attention with ONE kv head repeated over 4 query heads the way transformers'
+    ``repeat_kv`` does (unsqueeze -> expand -> reshape), then SDPA. Scaled-up projections make the
+    attention peaked: with near-uniform scores a wrong key layout only shows as ~1e-3 noise."""
+
+    def __init__(self, dim=64, heads=4, kv_heads=1):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim)
+        self.o = nn.Linear(dim, dim)
+        with torch.no_grad():
+            self.q.weight.mul_(4.0)
+            self.kv.weight.mul_(4.0)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, dim=1)
+        rep = self.heads // self.kv_heads
+        k, v = [t[:, :, None].expand(b, self.kv_heads, rep, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
+                for t in (k, v)]
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(out.transpose(1, 2).reshape(b, s, -1))
+
+
+def mqa_attention():
+    torch.manual_seed(0)
+    return MQAttention().eval(), (torch.randn(1, 8, 64),)

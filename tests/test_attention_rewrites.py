@@ -1,0 +1,95 @@
+"""Attention-shaped rewrites (issue 18): one kv head (multi-query attention) exact on LiteRT.
+
+The TFLite converter under litert-torch 0.10 folds ``transpose(broadcast(x))`` into one ``BROADCAST_TO``
+and drops the transpose, which is what attention does to a one-kv-head key (``repeat_kv``, then the
+key transpose). ``expand_before_transpose`` turns such a broadcast into a concatenation."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from conftest import REPO, read_report, run_cli
+from edgeport.export import rewrites as R
+
+MODELS = REPO / "tests" / "models.py"
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def repeat_kv_then_transpose(k):
+    """transformers' repeat_kv for one kv head, then the key transpose of attention."""
+    return k[:, :, None].expand(1, 1, 4, 8, 16).reshape(1, 4, 8, 16).transpose(2, 3) * 1.0
+
+
+def to_tflite(module, args, path):
+    import litert_torch
+
+    from edgeport.runtimes.jax_xla import prefer_cpu_backend
+
+    prefer_cpu_backend()
+    module.training = False  # an unlifted program refuses .eval(); the flag is what litert-torch reads
+    litert_torch.convert(module, args).export(str(path))
+    return path
+
+
+def run_tflite(path, args, delegate: bool):
+    """Run once with XNNPACK (the default) or with the builtin reference kernels only."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    kind = {} if delegate else {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+    interpreter = Interpreter(model_path=str(path), **kind)
+    runner = interpreter.get_signature_runner()
+    names = list(interpreter.get_signature_list()["serving_default"]["inputs"])
+    return next(iter(runner(**{n: a.numpy() for n, a in zip(names, args)}).values()))
+
+
+def test_pass_rewrites_the_head_broadcast_and_matches_eager():
+    k = torch.randn(1, 1, 8, 16)
+    program = torch.export.export(Fn(repeat_kv_then_transpose), (k,), strict=False)
+    result = R.apply_rewrites(program, (k,), ["expand_before_transpose"])
+    assert result.applied == ["expand_before_transpose"]
+    ops = {str(n.target) for n in result.program.graph.nodes if n.op == "call_function"}
+    assert "aten.expand.default" not in ops and "aten.cat.default" in ops
+    assert torch.equal(result.program.module()(k), repeat_kv_then_transpose(k))
+
+
+@pytest.mark.parametrize("fn,shape", [
+    (lambda m: m.expand(2, 8, 16) + 1.0, (1, 8, 16)),                     # a broadcast nobody transposes
+    (lambda m: m.expand(1, 8, 16).transpose(1, 2) * 1.0, (1, 8, 16)),     # an expand that repeats nothing
+])
+def test_pass_leaves_other_expands_alone(fn, shape):
+    x = torch.randn(*shape)
+    program = torch.export.export(Fn(fn), (x,), strict=False)
+    assert R.apply_rewrites(program, (x,), ["expand_before_transpose"]).applied == []
+
+
+def test_raw_converter_drops_the_transpose_and_the_rewrite_fixes_it(tmp_path):
+    """The root cause, measured: the raw .tflite reshapes instead of transposing, with and without XNNPACK
+    (the converter, not the delegate). If the first assertion fails, the converter was fixed upstream."""
+    k = torch.randn(1, 1, 8, 16)
+    expected = repeat_kv_then_transpose(k).numpy()
+    raw = to_tflite(Fn(repeat_kv_then_transpose), (k,), tmp_path / "raw.tflite")
+    for delegate in (True, False):
+        assert np.abs(run_tflite(raw, (k,), delegate) - expected).max() > 0.5
+    program = torch.export.export(Fn(repeat_kv_then_transpose), (k,), strict=False)
+    fixed = to_tflite(R.apply_rewrites(program, (k,), ["expand_before_transpose"]).program.module(), (k,),
+                      tmp_path / "fixed.tflite")
+    for delegate in (True, False):
+        assert np.array_equal(run_tflite(fixed, (k,), delegate), expected)
+
+
+def test_one_kv_head_attention_is_exact_on_litert(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:mqa_attention", "-t", "litert", "-t", "onnx", "--out", out, "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {r["target"]: r for r in read_report(out)["targets"]}
+    assert rows["litert"]["rewrites"] == ["expand_before_transpose"]
+    assert rows["litert"]["parity"]["max_rel_err"] < 1e-5 and rows["onnx"]["parity"]["max_rel_err"] < 1e-5
