@@ -279,3 +279,34 @@ class MQAttention(nn.Module):
 def mqa_attention():
     torch.manual_seed(0)
     return MQAttention().eval(), (torch.randn(1, 8, 64),)
+
+
+class ComplexRope(nn.Module):
+    """Rotary embeddings the Meta-Llama / Mistral-reference / DeepSeek-V2 way: complex frequencies from
+    ``torch.polar`` (one table precomputed as a complex buffer, one computed in forward), the query pairs
+    as ``view_as_complex``, a complex multiply, ``view_as_real``, then a projection."""
+
+    def __init__(self, dim=32, heads=2, positions=16):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+        table = torch.polar(torch.ones(positions, self.head_dim // 2), torch.outer(torch.arange(positions).float(), inv))
+        self.register_buffer("freqs_cis", table, persistent=False)
+        self.q = nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.heads, self.head_dim)
+        freqs = torch.outer(torch.arange(t, dtype=torch.float32), self.inv_freq)
+        cis = torch.polar(torch.ones_like(freqs), freqs) * 0.5            # DeepSeek-V2 scales the table
+        qc = torch.view_as_complex(q.float().reshape(b, t, self.heads, -1, 2))
+        fresh = torch.view_as_real(qc * cis[:, None, :]).flatten(3)
+        stored = torch.view_as_real(qc * self.freqs_cis[:t].view(1, t, 1, -1).conj()).flatten(3)
+        return self.o((fresh + stored).type_as(x).reshape(b, t, -1))
+
+
+def complex_rope():
+    torch.manual_seed(0)
+    return ComplexRope().eval(), (torch.randn(1, 8, 32),)

@@ -93,3 +93,36 @@ def test_one_kv_head_attention_is_exact_on_litert(tmp_path):
     rows = {r["target"]: r for r in read_report(out)["targets"]}
     assert rows["litert"]["rewrites"] == ["expand_before_transpose"]
     assert rows["litert"]["parity"]["max_rel_err"] < 1e-5 and rows["onnx"]["parity"]["max_rel_err"] < 1e-5
+
+
+# ---- complex rotary embeddings ---------------------------------------------------------------------------
+
+def test_complex_pairs_remove_every_complex_value():
+    import models
+
+    module, args = models.complex_rope()
+    program = torch.export.export(module, args, strict=False)
+    result = R.apply_rewrites(program, args, ["complex_pairs"])
+    assert result.applied == ["complex_pairs"]
+    values = [n.meta.get("val") for n in result.program.graph.nodes]
+    assert not any(getattr(v, "dtype", torch.float32).is_complex for v in values)
+    assert not any("polar" in str(n.target) or "complex" in str(n.target) for n in result.program.graph.nodes)
+    expected, got = module(*args), result.program.module()(*args)
+    assert (got - expected).abs().max() <= 1e-5 * expected.abs().max()
+
+
+def test_complex_pairs_leave_an_unknown_complex_op_alone():
+    fn = Fn(lambda x: torch.view_as_real(torch.exp(torch.view_as_complex(x))))  # complex exp: not in the table
+    x = torch.randn(4, 2)
+    program = torch.export.export(fn, (x,), strict=False)
+    assert R.apply_rewrites(program, (x,), ["complex_pairs"]).applied == []
+
+
+def test_complex_rope_converts_on_every_target(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:complex_rope", "-t", "litert", "-t", "onnx", "-t", "tpu",
+                     "--tpu-topology", "v5e:1x1", "--no-latency", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {r["target"]: r for r in read_report(out)["targets"]}
+    assert all(r["status"] == "ok" and r["parity"]["max_rel_err"] < 1e-5 for r in rows.values()), rows
+    assert "complex_pairs" in rows["litert"]["rewrites"] and "complex_pairs" in rows["onnx"]["rewrites"]

@@ -57,7 +57,7 @@ def convert(job: GenerativeJob) -> Converted:
 
 # Node passes applied to every signature's module before litert-torch traces it (the generative programs do
 # not go through the forward pipeline's apply_rewrites): one kv head's head broadcast, complex RoPE.
-GENERATIVE_REWRITES = ("expand_before_transpose",)
+GENERATIVE_REWRITES = ("expand_before_transpose", "complex_pairs")
 
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> list[str]:

@@ -214,6 +214,6 @@ TARGET = Target(
     calibrated_variants=("int8",),
     dynamic_dims=True,
     float_fallback=FallbackSupport(onnx_quant.SCHEMES, onnx_quant.layers, prepare_fallback),
-    rewrites=("upcast_fp32", "inline_custom_ops"),
+    rewrites=("upcast_fp32", "inline_custom_ops", "complex_pairs"),
     refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),
 )
