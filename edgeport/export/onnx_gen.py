@@ -28,13 +28,13 @@ def artifact_dir(out_dir: Path, variant: str) -> Path:
 def convert(job: GenerativeJob) -> Converted:
     from edgeport.export.onnx import describe, int8_kernels
 
-    fp32 = artifact_dir(job.out_dir, "fp32")
+    fp32, applied = artifact_dir(job.out_dir, "fp32"), []
     if job.variant == "fp32" or not all((fp32 / f"{n}.onnx").is_file() for n in job.programs):
         fp32.mkdir(parents=True, exist_ok=True)
         for name, program in job.programs.items():
-            _export(program, job.samples[name], fp32 / f"{name}.onnx")
+            applied += [r for r in _export(program, job.samples[name], fp32 / f"{name}.onnx") if r not in applied]
     if job.variant == "fp32":
-        return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs}})
+        return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs}}, rewrites=applied)
     out = artifact_dir(job.out_dir, job.variant)
     out.mkdir(parents=True, exist_ok=True)
     for name in job.programs:
@@ -43,16 +43,26 @@ def convert(job: GenerativeJob) -> Converted:
                            "int8_kernels": int8_kernels(job)})
 
 
-def _export(program, sample: dict, path: Path) -> None:
+# Node passes applied to every signature's module before torch.onnx traces it again (generative programs do
+# not go through the forward pipeline's apply_rewrites): complex rotary embeddings.
+GENERATIVE_REWRITES = ("complex_pairs",)
+
+
+def _export(program, sample: dict, path: Path) -> list[str]:
+    """Export one signature; returns the rewrites that changed it."""
     import torch
+
+    from edgeport.export.rewrites import rewrite_module
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
     module = program.module()
+    applied = rewrite_module(module, GENERATIVE_REWRITES)
     module.training = False
     outputs = [output_name(n) for n in _output_names(program)]
     exported = torch.onnx.export(module, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
                                  verbose=False, input_names=list(sample), output_names=outputs)
     exported.save(str(path))
+    return applied
 
 
 def _output_names(program) -> list[str]:
