@@ -126,3 +126,10 @@ def test_complex_rope_converts_on_every_target(tmp_path):
     rows = {r["target"]: r for r in read_report(out)["targets"]}
     assert all(r["status"] == "ok" and r["parity"]["max_rel_err"] < 1e-5 for r in rows.values()), rows
     assert "complex_pairs" in rows["litert"]["rewrites"] and "complex_pairs" in rows["onnx"]["rewrites"]
+
+
+def test_check_names_the_complex_ops_and_their_fix():
+    result = run_cli("check", f"{MODELS}:complex_rope", "-t", "litert", "-t", "onnx")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "litert: aten.polar.default x1: fixed by complex_pairs" in result.stdout
+    assert "onnx: aten.view_as_complex.default x1: fixed by complex_pairs" in result.stdout

@@ -83,6 +83,7 @@ TARGET = Target(
               "complex_pairs"),
     refuses=(
         ("aten.histc.default", "Lowering not found: aten.histc.default"),
+        ("aten.polar.default", "Lowering not found: aten.polar.default"),
         ("aten.stft.default", "Unsupported ir element type: complex<f32>"),
         ("aten.fft_rfft.default", "Unsupported ir element type: complex<f32>"),
         ("aten.fft_fft.default", "Unsupported ir element type: complex<f32>"),
