@@ -65,6 +65,14 @@ def test_pass_rewrites_the_head_broadcast_and_matches_eager():
     assert torch.equal(result.program.module()(k), repeat_kv_then_transpose(k))
 
 
+def test_many_copies_double_instead_of_one_wide_concat():
+    from edgeport.export.rewrites.attention import expand_by_concat
+
+    x = torch.randn(1, 1, 3, 5)
+    for size in ([1, 71, 3, 5], [2, 1, 4, 3, 5]):
+        assert torch.equal(expand_by_concat(x, size), x.expand(size))
+
+
 @pytest.mark.parametrize("fn,shape", [
     (lambda m: m.expand(2, 8, 16) + 1.0, (1, 8, 16)),                     # a broadcast nobody transposes
     (lambda m: m.expand(1, 8, 16).transpose(1, 2) * 1.0, (1, 8, 16)),     # an expand that repeats nothing

@@ -28,6 +28,9 @@ TRANSPOSING = {"aten.permute.default", "aten.transpose.int", "aten.t.default", "
                "aten.scaled_dot_product_attention.default"}
 
 
+ONE_CONCAT_MAX = 16  # up to this many copies in one CONCATENATION; more by doubling (log2 n concats)
+
+
 def expand_by_concat(x, size, *, implicit=False):
     """``x.expand(size)`` as concatenations of ``x`` with itself (same values, no broadcast op)."""
     import torch
@@ -35,8 +38,14 @@ def expand_by_concat(x, size, *, implicit=False):
     size = list(size)
     x = x.reshape([1] * (len(size) - x.dim()) + list(x.shape))
     for dim, (have, want) in enumerate(zip(x.shape, size)):
-        if have == 1 and want not in (-1, 1):
+        if have != 1 or want in (-1, 1):
+            continue
+        if want <= ONE_CONCAT_MAX:
             x = torch.cat([x] * int(want), dim)
+            continue
+        while x.shape[dim] < want:
+            x = torch.cat([x, x], dim)
+        x = x.narrow(dim, 0, int(want))
     return x
 
 
