@@ -65,6 +65,19 @@ def test_pass_rewrites_the_head_broadcast_and_matches_eager():
     assert torch.equal(result.program.module()(k), repeat_kv_then_transpose(k))
 
 
+def test_sdpa_with_enable_gqa_gets_explicit_heads_and_is_exact_on_litert(tmp_path):
+    """transformers calls SDPA with enable_gqa=True when there is no mask (Gemma-3's global layers in
+    prefill): litert-torch broadcasts the one kv head itself and hits the same fold."""
+    fn = Fn(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+    args = (torch.randn(1, 4, 8, 16) * 3, torch.randn(1, 1, 8, 16), torch.randn(1, 1, 8, 16))
+    program = torch.export.export(fn, args, strict=False)
+    result = R.apply_rewrites(program, args, ["expand_before_transpose"])
+    assert result.applied == ["expand_before_transpose"]
+    expected = fn(*args).numpy()
+    tflite = to_tflite(result.program.module(), args, tmp_path / "gqa.tflite")
+    assert np.abs(run_tflite(tflite, args, True) - expected).max() < 1e-5 * np.abs(expected).max()
+
+
 def test_many_copies_double_instead_of_one_wide_concat():
     from edgeport.export.rewrites.attention import expand_by_concat
 

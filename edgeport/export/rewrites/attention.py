@@ -13,7 +13,9 @@ Two or more kv heads happen to escape it (the rank-5 reshape between expand and 
 A ``cat`` of the tensor with itself along each broadcast dimension is the same values, and the converter
 keeps the transpose after a concatenation: exact. It costs what ``BROADCAST_TO`` costs (both materialize
 the repeated tensor). Only expands whose result reaches a transpose (directly, through views, or as an
-attention input, which the attention lowering transposes) are rewritten.
+attention input, which the attention lowering transposes) are rewritten, and attention with
+``enable_gqa`` (transformers' SDPA path when there is no mask: Gemma-3's global layers in prefill) gets
+its kv heads repeated the same way before litert-torch's lowering broadcasts them.
 """
 
 from __future__ import annotations
@@ -70,10 +72,38 @@ def reaches_transpose(node, depth: int = 8) -> bool:
     return False
 
 
-@node_rewrite("expand_before_transpose", ops=("aten.expand.default",),
+def repeat_heads(x, rep: int):
+    """``(B, Hkv, S, D) -> (B, Hkv * rep, S, D)``, each kv head repeated ``rep`` times in place (what
+    ``enable_gqa`` and ``repeat_kv`` mean), by concatenation."""
+    b, heads, s, d = x.shape
+    return expand_by_concat(x.unsqueeze(2), [b, heads, rep, s, d]).reshape(b, heads * rep, s, d)
+
+
+def sdpa_with_explicit_heads(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                             enable_gqa=False):
+    """SDPA with ``enable_gqa``: the kv heads repeated explicitly, so litert-torch's own head broadcast
+    (which hits the same fold) is never emitted."""
+    import torch
+
+    rep = query.shape[-3] // key.shape[-3]
+    if enable_gqa and rep > 1:
+        key, value = repeat_heads(key, rep), repeat_heads(value, rep)
+    return torch.ops.aten.scaled_dot_product_attention.default(query, key, value, attn_mask, dropout_p, is_causal,
+                                                               scale=scale)
+
+
+SDPA = "aten.scaled_dot_product_attention.default"
+
+
+@node_rewrite("expand_before_transpose", ops=("aten.expand.default", SDPA),
               fixes="one kv head (multi-query attention): the converter folds the key transpose into the head "
                     "broadcast and loses it (wrong logits); the broadcast becomes a concatenation")
 def expand_before_transpose(_gm, node) -> bool:
+    if str(node.target) == SDPA:
+        if not node.kwargs.get("enable_gqa"):
+            return False
+        node.target = sdpa_with_explicit_heads
+        return True
     if not broadcasts(node) or not reaches_transpose(node):
         return False
     node.target = expand_by_concat
