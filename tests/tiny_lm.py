@@ -41,6 +41,9 @@ def config(family: str, kv_heads: int = 2):
                                   qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4,
                                   num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
                                   max_position_embeddings=128, **common)
+    if family == "gemma3":  # three sliding-window layers, then a global one (Gemma-3's pattern, shortened)
+        return T.Gemma3TextConfig(head_dim=16, sliding_window=WINDOW, **{**llama_like, "num_hidden_layers": 4},
+                                  layer_types=["sliding_attention"] * 3 + ["full_attention"])
     if family == "gemma2":  # every other layer attends a sliding window of 16 tokens
         return T.Gemma2Config(head_dim=16, sliding_window=WINDOW, **llama_like)
     return {"llama": T.LlamaConfig, "qwen2": T.Qwen2Config}[family](**llama_like)
