@@ -248,3 +248,65 @@ class BiasedAttention(nn.Module):
 def biased_attention():
     torch.manual_seed(0)
     return BiasedAttention().eval(), (torch.randn(2, 8, 16),)
+
+
+class MQAttention(nn.Module):
+    """Causal self-attention with ONE kv head repeated over 4 query heads the way transformers'
+    ``repeat_kv`` does (unsqueeze -> expand -> reshape), then SDPA. Scaled-up projections make the
+    attention peaked: with near-uniform scores a wrong key layout only shows as ~1e-3 noise."""
+
+    def __init__(self, dim=64, heads=4, kv_heads=1):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim)
+        self.o = nn.Linear(dim, dim)
+        with torch.no_grad():
+            self.q.weight.mul_(4.0)
+            self.kv.weight.mul_(4.0)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2 * self.kv_heads, self.head_dim).transpose(1, 2).chunk(2, dim=1)
+        rep = self.heads // self.kv_heads
+        k, v = [t[:, :, None].expand(b, self.kv_heads, rep, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
+                for t in (k, v)]
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(out.transpose(1, 2).reshape(b, s, -1))
+
+
+def mqa_attention():
+    torch.manual_seed(0)
+    return MQAttention().eval(), (torch.randn(1, 8, 64),)
+
+
+class ComplexRope(nn.Module):
+    """Rotary embeddings the Meta-Llama / Mistral-reference / DeepSeek-V2 way: complex frequencies from
+    ``torch.polar`` (one table precomputed as a complex buffer, one computed in forward), the query pairs
+    as ``view_as_complex``, a complex multiply, ``view_as_real``, then a projection."""
+
+    def __init__(self, dim=32, heads=2, positions=16):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        inv = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+        table = torch.polar(torch.ones(positions, self.head_dim // 2), torch.outer(torch.arange(positions).float(), inv))
+        self.register_buffer("freqs_cis", table, persistent=False)
+        self.q = nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.heads, self.head_dim)
+        freqs = torch.outer(torch.arange(t, dtype=torch.float32), self.inv_freq)
+        cis = torch.polar(torch.ones_like(freqs), freqs) * 0.5            # DeepSeek-V2 scales the table
+        qc = torch.view_as_complex(q.float().reshape(b, t, self.heads, -1, 2))
+        fresh = torch.view_as_real(qc * cis[:, None, :]).flatten(3)
+        stored = torch.view_as_real(qc * self.freqs_cis[:t].view(1, t, 1, -1).conj()).flatten(3)
+        return self.o((fresh + stored).type_as(x).reshape(b, t, -1))
+
+
+def complex_rope():
+    torch.manual_seed(0)
+    return ComplexRope().eval(), (torch.randn(1, 8, 32),)

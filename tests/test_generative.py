@@ -4,7 +4,7 @@
 The default suite converts one family (Llama) for all three targets ONCE (module fixture) and checks
 everything on it: token-exact greedy generation, signatures, manifest, `generate`, `validate` catching a
 corrupted decode graph with the right first divergence, bad input. The other families, the quantized
-variants and the LiteRT one-kv-head precision bug are `slow` (pytest -m slow tests/test_generative.py):
+variants and LiteRT's one-kv-head exactness are `slow` (pytest -m slow tests/test_generative.py):
 LiteRT's multi-signature conversion alone takes 25-45 s per model on two cores.
 """
 
@@ -261,20 +261,19 @@ def test_family_matrix_token_exact(family, tmp_path):
 
 
 @pytest.mark.slow
-def test_litert_one_kv_head_precision_bug_is_reported(tmp_path):
-    """litert-torch 0.10 mis-converts attention with ONE kv head (MQA: Gemma-2B, Falcon, ...): logits are
-    off by ~3e-3 of their scale (a plain forward shows it too, so it is not the cache path). Tokens still
-    match on this model, but the fp32 logits budget fails on LiteRT, and only there: the row's error names the
-    known converter issue instead of the budget being loosened for everyone. If this test starts failing because LiteRT
-    is within budget, the converter was fixed: drop the README caveat."""
+def test_litert_one_kv_head_is_exact(tmp_path):
+    """One kv head (MQA: Gemma-2B, Gemma-3-1B, Falcon, ...): the converter folded the key transpose into the
+    head broadcast and dropped it (logits 2.6e-3 off on this model, budget 1e-4). The LiteRT generative
+    signatures get expand_before_transpose, and the row is exact like ONNX's."""
     model_dir = tiny_lm.save(tiny_lm.build("gemma", kv_heads=1), tmp_path / "gemma_mqa")
     result = convert(model_dir, tmp_path / "out", "--no-latency", targets=("litert", "onnx"))
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
     rows = rows_of(read_report(tmp_path / "out"))
     litert, onnx = rows[("litert", "fp32")], rows[("onnx", "fp32")]
-    assert litert["status"] == "failed" and "max_rel_err" in litert["error"] and litert["generation"]["token_agreement"] == 1.0
-    assert "known litert-torch 0.10 issue: attention with one kv head" in litert["error"]  # the row says why
-    assert litert["generation"]["logits_max_rel_err"] > 1e-4 and onnx["status"] == "ok"
+    assert litert["status"] == "ok" and litert["rewrites"] == ["expand_before_transpose"]
+    for row in (litert, onnx):
+        g = row["generation"]
+        assert g["token_agreement"] == 1.0 and g["first_divergence"] is None and g["logits_max_rel_err"] < 1e-5
 
 
 @pytest.mark.slow

@@ -35,6 +35,15 @@ def config(family: str, kv_heads: int = 2):
         return T.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **llama_like)
     if family == "mamba":  # a recurrent state per layer, no keys/values
         return T.MambaConfig(hidden_size=64, num_hidden_layers=2, state_size=8, **common)
+    if family == "deepseek_v2":  # rotary embeddings as complex numbers (torch.polar), latent kv, experts
+        return T.DeepseekV2Config(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None,
+                                  qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_routed_experts=4,
+                                  num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                                  max_position_embeddings=128, **common)
+    if family == "gemma3":  # three sliding-window layers, then a global one (Gemma-3's pattern, shortened)
+        return T.Gemma3TextConfig(head_dim=16, sliding_window=WINDOW, **{**llama_like, "num_hidden_layers": 4},
+                                  layer_types=["sliding_attention"] * 3 + ["full_attention"])
     if family == "gemma2":  # every other layer attends a sliding window of 16 tokens
         return T.Gemma2Config(head_dim=16, sliding_window=WINDOW, **llama_like)
     return {"llama": T.LlamaConfig, "qwen2": T.Qwen2Config}[family](**llama_like)

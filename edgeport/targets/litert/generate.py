@@ -51,17 +51,7 @@ def convert(job: GenerativeJob) -> Converted:
         if job.variant in BLOCKWISE:
             details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
     return Converted(path, {"ops": op_counts(path), "kv_cache": "explicit input/output state (no resource variables)",
-                            **details}, parity_caveat=one_kv_head_caveat(job.layout) if job.variant == "fp32" else None)
-
-
-def one_kv_head_caveat(layout: dict) -> str | None:
-    """litert-torch 0.10 converts attention with ONE kv head (MQA: GPTBigCode, Falcon, Gemma-2B) with ~3e-3
-    relative logits error (a plain forward shows it too; ONNX and TPU are exact on the same programs): a
-    failed fp32 logits budget on such a model is the converter's, and the row says so."""
-    if any(c["kind"] == "key" and c["shape"][1] == 1 for c in layout["cache"]):
-        return ("known litert-torch 0.10 issue: attention with one kv head (multi-query) converts with ~3e-3 "
-                "relative logits error")
-    return None
+                            **details})
 
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> None:

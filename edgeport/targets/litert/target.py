@@ -83,9 +83,11 @@ TARGET = Target(
     relative_cost=2.0,
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
-              "sort_by_rank", "scatter_add_onehot"),
+              "sort_by_rank", "scatter_add_onehot", "expand_before_transpose",
+              "complex_pairs"),
     refuses=(
         ("aten.histc.default", "Lowering not found: aten.histc.default"),
+        ("aten.polar.default", "Lowering not found: aten.polar.default"),
         ("aten.stft.default", "Unsupported ir element type: complex<f32>"),
         ("aten.fft_rfft.default", "Unsupported ir element type: complex<f32>"),
         ("aten.fft_fft.default", "Unsupported ir element type: complex<f32>"),

@@ -216,6 +216,7 @@ TARGET = Target(
     calibrated_variants=("int8",),
     dynamic_dims=True,
     float_fallback=FallbackSupport(onnx_quant.SCHEMES, onnx_quant.layers, prepare_fallback),
-    rewrites=("upcast_fp32", "inline_custom_ops"),
-    refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),),
+    rewrites=("upcast_fp32", "inline_custom_ops", "complex_pairs"),
+    refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),
+             ("aten.view_as_complex.default", "No decompositions registered for the complex-valued input")),
 )
