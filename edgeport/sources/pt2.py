@@ -14,13 +14,16 @@ from edgeport.errors import UsageError
 from edgeport.sources.spec import InputSpec, LoadedModel
 
 
-def load_program(spec: str, inputs: list[InputSpec], trust_pickle: bool = False) -> LoadedModel:
+def load_program(spec: str, inputs: list[InputSpec], trust_pickle: bool = False,
+                 decompositions: str | None = None) -> LoadedModel:
+    from edgeport.sources.program_policy import user_namespaces
     from edgeport.sources.pt2_archive import load_exported_program
 
     path = Path(spec)
     if not path.is_file():
         raise UsageError(f"exported program not found: {spec}")
-    program = load_exported_program(path, trust_pickle)  # inspected first: nothing hidden in it runs
+    # inspected first, every node checked: nothing hidden in it runs, and it may only compute
+    program = load_exported_program(path, trust_pickle, user_namespaces(decompositions))
     if inputs:
         example = tuple(i.example() for i in inputs)
     elif program.example_inputs is not None:

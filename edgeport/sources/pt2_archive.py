@@ -41,16 +41,28 @@ class _Refused(Exception):
     catches RuntimeError and retries with its older, pickle-based loader."""
 
 
-def load_exported_program(path: Path, trust_pickle: bool = False):
+def load_exported_program(path: Path, trust_pickle: bool = False, namespaces=(), check_ops: bool = True):
     """The ExportedProgram in ``path``, loaded only after :func:`inspect_pt2` and under the guard (unless
-    trusted). Every failure is a one-line UsageError."""
-    import torch
+    trusted), and (``check_ops``) only if every node passes :func:`edgeport.sources.program_policy.check_program`
+    (``namespaces``: those named with ``--decompositions``). Every failure is a one-line UsageError."""
+    from edgeport.sources.program_policy import check_program
 
     path = Path(path)
+    program = _load(path, trust_pickle)
+    if check_ops:  # --trust-pickle trusts unpickling, not what the graph does: checked either way
+        check_program(program, str(path), namespaces)
+    return program
+
+
+def _load(path: Path, trust_pickle: bool):
+    import torch
+
     inspect_pt2(path, trust_pickle)
     try:
         with contextlib.nullcontext() if trust_pickle else _no_unpickling():
             return torch.export.load(path)
+    except UsageError:
+        raise
     except _Refused as exc:
         raise UsageError(f"{path}: {exc}, which can run code; refusing to load it ({TRUST_HINT})") from None
     except Exception as exc:

@@ -1,0 +1,165 @@
+"""Issue 16: the gate cannot be forged, switched off or turned against the machine it runs on.
+
+A program read from a file may only compute (crafted archives built here: ``aten.from_file`` + ``copy_``
+writing a file, ``aten.save``, parameter mutation, nested graphs); ``--force`` replaces only what edgeport
+wrote; a budget cannot silently gate nothing."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from conftest import REPO, read_report, run_cli
+
+MODELS = REPO / "tests" / "models.py"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("converted") / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--samples", "2", "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def _fake_from_file(filename, shared=None, size=0, dtype=None, layout=None, device=None, pin_memory=None):
+    return torch.empty(size, dtype=dtype or torch.float32, device="meta")
+
+
+_LIB = torch.library.Library("aten", "IMPL")  # a Meta kernel so torch.export can trace the attack
+_LIB.impl("from_file", _fake_from_file, "Meta")
+
+
+class FileWriter(torch.nn.Module):
+    """Writes ``payload`` into ``path`` when the program runs: the attack of issue 16, item 1."""
+
+    def __init__(self, path: str, shared: bool = True):
+        super().__init__()
+        self.path, self.shared = path, shared
+        self.register_buffer("payload", torch.tensor(list(b"pwned\n"), dtype=torch.uint8))
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        mapped = torch.ops.aten.from_file(self.path, self.shared, 6, dtype=torch.uint8)
+        mapped.copy_(self.payload)
+        return self.linear(x) + mapped.sum().float() * 0
+
+
+class ParamWriter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.linear.weight.add_(1)
+        return self.linear(x)
+
+
+class BufferCounter(torch.nn.Module):
+    """Legitimate: in-place ops on a buffer and on its own intermediates (inplace ReLU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return torch.relu_(self.linear(x) * 2)
+
+
+class CondWriter(torch.nn.Module):
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def forward(self, x):
+        def yes(x):
+            return x + torch.ops.aten.from_file(self.path, False, 4, dtype=torch.float32).sum()
+
+        return torch.cond(x.sum() > 0, yes, lambda x: x - 1, (x,))
+
+
+def _save(module, path):
+    program = torch.export.export(module, (torch.randn(1, 4),))
+    torch.export.save(program, path)
+    return path
+
+
+@pytest.fixture
+def victim(tmp_path):
+    path = tmp_path / "victim.pth"
+    path.write_bytes(b"precious\n")
+    return path
+
+
+@pytest.mark.parametrize("command", ["convert", "check"])
+def test_from_file_copy_archive_is_refused_before_it_runs(tmp_path, victim, command):
+    archive = _save(FileWriter(str(victim)), tmp_path / "attack.pt2")
+    args = ("--out", tmp_path / "out", "-t", "onnx", "--samples", "1", "--no-latency") if command == "convert" else ()
+    result = run_cli(command, archive, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "from_file" in result.stderr and "node" in result.stderr and "Traceback" not in result.stderr
+    assert victim.read_bytes() == b"precious\n"
+
+
+def test_from_file_refused_even_with_trust_pickle(tmp_path, victim):
+    archive = _save(FileWriter(str(victim)), tmp_path / "attack.pt2")
+    result = run_cli("check", archive, "--trust-pickle")
+    assert result.returncode == 2 and "from_file" in result.stderr, result.stderr
+    assert victim.read_bytes() == b"precious\n"
+
+
+def test_validate_dir_with_swapped_program_is_refused(fresh, tmp_path, victim):
+    program = torch.export.export(FileWriter(str(victim)), (torch.randn(1, 4),))
+    torch.export.save(program, fresh / "exported.pt2")
+    result = run_cli("validate", fresh, "--samples", "1", "--no-latency")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "from_file" in result.stderr and victim.read_bytes() == b"precious\n"
+
+
+def test_reading_a_file_into_the_reference_is_refused_in_a_nested_graph(tmp_path, victim):
+    archive = _save(CondWriter(str(victim)), tmp_path / "cond.pt2")
+    result = run_cli("check", archive)
+    assert result.returncode == 2 and "from_file" in result.stderr and "nested graph" in result.stderr, result.stderr
+
+
+def test_parameter_mutation_is_refused_buffer_and_intermediate_mutation_kept(tmp_path):
+    result = run_cli("check", _save(ParamWriter(), tmp_path / "param.pt2"))
+    assert result.returncode == 2 and "in place" in result.stderr and "add_" in result.stderr, result.stderr
+    result = run_cli("check", _save(BufferCounter(), tmp_path / "buffer.pt2"))
+    assert result.returncode != 2 or "in place" not in result.stderr, result.stderr
+
+
+def test_save_node_is_refused_by_policy(tmp_path):
+    """A graph node calling aten.save (patched into the archive's graph JSON) is exit 2, one line."""
+    import zipfile
+
+    archive = _save(torch.nn.Linear(4, 4), tmp_path / "plain.pt2")
+    crafted = tmp_path / "save.pt2"
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(crafted, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("models/model.json"):
+                data = data.replace(b"torch.ops.aten.linear.default", b"torch.ops.aten.save.default")
+            dst.writestr(info, data)
+    result = run_cli("check", crafted)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "save" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_policy_unit_custom_namespace_needs_decompositions():
+    from edgeport.errors import UsageError
+    from edgeport.sources.program_policy import check_program
+
+    from models import opaque_op
+
+    module, example = opaque_op()
+    program = torch.export.export(module, example)
+    with pytest.raises(UsageError, match="namespace"):
+        check_program(program, "x.pt2")
+    namespaces = {n.target.namespace for n in program.graph.nodes if hasattr(n.target, "namespace")} - {"aten"}
+    check_program(program, "x.pt2", namespaces)  # named with --decompositions: allowed
+
