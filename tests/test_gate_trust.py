@@ -163,3 +163,76 @@ def test_policy_unit_custom_namespace_needs_decompositions():
     namespaces = {n.target.namespace for n in program.graph.nodes if hasattr(n.target, "namespace")} - {"aten"}
     check_program(program, "x.pt2", namespaces)  # named with --decompositions: allowed
 
+
+# --- HIGH 2: --force replaces only what edgeport wrote -------------------------------------------------------
+
+def test_force_refuses_a_project_with_a_copied_report_json(converted, tmp_path):
+    project = tmp_path / "myproj"
+    (project / ".git").mkdir(parents=True)
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (project / "src").mkdir()
+    (project / "src" / "app.py").write_text("print('mine')\n")
+    shutil.copy(converted / "report.json", project / "report.json")
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", project, "--force", "--samples", "1",
+                     "--no-latency")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (project / ".git" / "HEAD").is_file() and (project / "src" / "app.py").is_file()
+    assert "Traceback" not in result.stderr
+
+
+def test_force_refuses_an_output_with_a_user_file_added_and_names_it(converted, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(converted, out)
+    (out / "notes.md").write_text("my notes\n")
+    (out / "onnx" / "mine.txt").write_text("mine\n")
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--force", "--samples", "1",
+                     "--no-latency")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "notes.md" in result.stderr and "onnx/mine.txt" in result.stderr
+    assert (out / "notes.md").read_text() == "my notes\n" and (out / "onnx" / "mine.txt").is_file()
+
+
+def test_force_replaces_a_pure_edgeport_output_and_its_validate_files(converted, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(converted, out)
+    assert run_cli("validate", out, "--samples", "1", "--no-latency", "--junit", "j.xml").returncode == 0
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--force", "--samples", "1",
+                     "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (out / "j.xml").exists() and (out / "report.json").is_file()
+
+
+def test_marker_unit_kinds_nested_outputs_and_old_markers(tmp_path):
+    from edgeport.pipeline.marker import MARKER, foreign_entries, write_marker
+
+    out = tmp_path / "out"
+    (out / "model").mkdir(parents=True)
+    (out / "fleet.json").write_text("{}")
+    (out / "model" / "report.json").write_text("{}")
+    write_marker(out / "model")
+    write_marker(out)
+    assert foreign_entries(out) == []
+    (out / "model" / "report.json").unlink()
+    (out / "model" / "report.json").mkdir()   # same name, another kind: not what edgeport wrote
+    assert foreign_entries(out) == ["model/report.json"]
+    (out / "baseline").mkdir()
+    (out / "baseline" / "report.json").write_text('{"schema": "edgeport.report/1"}')
+    assert "baseline" in foreign_entries(out)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / MARKER).write_text("edgeport.report/1\n")  # lists nothing: vouches for nothing
+    assert foreign_entries(tmp_path / "old") is None
+
+
+@pytest.mark.slow
+def test_fleet_force_keeps_a_sibling_baseline_with_notes(tmp_path, converted):
+    (tmp_path / "models.py").write_text((REPO / "tests" / "models.py").read_text())
+    (tmp_path / "fleet.toml").write_text('[[model]]\nname = "mlp"\nspec = "models.py:mlp"\ntargets = ["onnx"]\n'
+                                         'samples = 1\nlatency = false\n')
+    out = tmp_path / "OUT"
+    first = run_cli("fleet", "fleet.toml", "--out", out, cwd=tmp_path, timeout=900)
+    assert first.returncode == 0, first.stdout + first.stderr
+    shutil.copytree(converted, out / "baseline")
+    (out / "baseline" / "notes.txt").write_text("the user's own")
+    result = run_cli("fleet", "fleet.toml", "--out", out, "--force", cwd=tmp_path, timeout=900)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "baseline" in result.stderr and (out / "baseline" / "notes.txt").read_text() == "the user's own"
