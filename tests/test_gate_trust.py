@@ -236,3 +236,70 @@ def test_fleet_force_keeps_a_sibling_baseline_with_notes(tmp_path, converted):
     result = run_cli("fleet", "fleet.toml", "--out", out, "--force", cwd=tmp_path, timeout=900)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "baseline" in result.stderr and (out / "baseline" / "notes.txt").read_text() == "the user's own"
+
+
+# --- HIGH 3: one config line cannot turn the gate off unseen -------------------------------------------------
+
+CONVERT_FAST = ("-t", "onnx", "--samples", "1", "--no-latency", "--no-localize")
+
+
+@pytest.mark.parametrize("how", ["toml_empty_gate", "flag_empty_gate", "flag_unset_metric", "toml_unset_metric"])
+def test_a_budget_that_gates_nothing_is_exit_2(tmp_path, how):
+    args = []
+    if how.startswith("toml"):
+        gate = "[]" if how == "toml_empty_gate" else '["max_abs_err"]'
+        (tmp_path / "edgeport.toml").write_text(f"[budgets.fp32]\ngate = {gate}\n")
+    else:
+        args = ["--budget", "gate=" if how == "flag_empty_gate" else "gate=max_abs_err"]
+    result = run_cli("convert", f"{MODELS}:mlp", "--out", tmp_path / "out", *CONVERT_FAST, *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "gate" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_report_names_the_config_and_a_loosened_budget(tmp_path):
+    (tmp_path / "edgeport.toml").write_text("[budgets.fp32]\ncosine_min = 0.5\nmax_rel_err = 0.00001\n")
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "--out", out, *CONVERT_FAST, "--junit", "junit.xml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = read_report(out)
+    assert report["config"]["files"] and report["config"]["files"][0].endswith("edgeport.toml")
+    changes = {c["key"]: c["direction"] for c in report["config"]["budgets_changed"]}
+    assert changes == {"cosine_min": "loosened", "max_rel_err": "tightened"}
+    for text in (result.stdout, (out / "report.md").read_text(), (out / "report.html").read_text(),
+                 (out / "junit.xml").read_text()):
+        assert "edgeport.toml" in text and "LOOSENED" in text and "cosine_min" in text
+
+
+def test_report_baseline_flags_a_loosened_budget_as_a_regression(converted, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "--out", out, "-t", "onnx", "--samples", "2", "--no-latency",
+                     "--budget", "cosine_min=0.1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_cli("report", out, "--baseline", converted)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "budget loosened: cosine_min" in json.dumps(read_report(out)["targets"][0]["regressions"])
+
+
+# --- MEDIUM 4 and 5: the verdict comes from the rows ---------------------------------------------------------
+
+def test_report_recomputes_an_edited_passed(fresh):
+    report = read_report(fresh)
+    report["targets"][0].update(status="failed", error="parity: over budget")
+    report["passed"] = True
+    (fresh / "report.json").write_text(json.dumps(report))
+    result = run_cli("report", fresh, "--format", "junit")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert 'failures="1"' in (fresh / "junit.xml").read_text()
+
+
+def test_a_run_where_no_row_passed_is_not_a_pass(fresh):
+    report = read_report(fresh)
+    for row in report["targets"]:
+        row.update(status="failed", error="parity: over budget", required=False)
+    report["passed"] = True
+    (fresh / "report.json").write_text(json.dumps(report))
+    result = run_cli("report", fresh, "--format", "md", "--format", "junit")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "FAILED" in (fresh / "report.md").read_text()
+    assert 'name="verdict"' in (fresh / "junit.xml").read_text()

@@ -76,7 +76,7 @@ def run_rows(session, the_plan, staging: Path, progress) -> list[dict]:
     rows = []
     for target, variant in the_plan.generation.rows:
         progress(f"{target.name} {variant} (text-generation)")
-        budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
+        budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, generative=True)
         required = is_required(target.name, variant, the_plan.config)
         rows.append(run_generation_row(target, variant, session, staging, budget, required))
     for target, variant, why in the_plan.generation.skipped:
@@ -106,4 +106,5 @@ def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | Non
                           session.data if session else None, timings, environment(threads, libraries + ["transformers"]))
     if session is not None:
         report["generation"] = session.report_block()
-    return finish_report(report, baseline if baseline is not None else getattr(the_plan, "baseline", None))
+    return finish_report(report, baseline if baseline is not None else getattr(the_plan, "baseline", None),
+                         getattr(the_plan, "config", None))

@@ -163,7 +163,7 @@ def rejudge(data: dict, session, directory: Path, config: dict, flags) -> dict:
     if path is None or not path.exists():
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
-    budget = generation_budget(budget_for(row.target, row.variant, config, flags), row.variant)
+    budget = generation_budget(budget_for(row.target, row.variant, config, flags, generative=True), row.variant)
     row.apply(judge_generative(target.generation(), path, session, budget))
     size, digest = tree_digest(path)
     row.size_bytes = size

@@ -212,7 +212,7 @@ def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | Non
     report = build_report(spec, (program or {}).pop("params", None), rows,
                           session.reference_latency if session else None, session.data if session else None,
                           timings, environment(judge.threads, libraries), program)
-    return finish_report(report, the_plan.baseline)
+    return finish_report(report, the_plan.baseline, the_plan.config)
 
 
 def target_requires(name: str) -> tuple[str, ...]:

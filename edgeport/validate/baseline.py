@@ -83,6 +83,7 @@ def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True)
     found = []
     if row.get("status") == "failed":
         found.append(f"was ok, now failed: {row.get('error')}")
+    found += _budget_loosened(row, old)
     new_err = _number((row.get("parity") or {}).get("max_rel_err"))
     old_err = _number((old.get("parity") or {}).get("max_rel_err"))
     if new_err is not None and old_err is not None and new_err > t["error_floor"] and (
@@ -95,6 +96,17 @@ def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True)
     if row.get("size_bytes") and old.get("size_bytes") and row["size_bytes"] > old["size_bytes"] * t["size_factor"]:
         found.append(f"bigger: {old['size_bytes']} -> {row['size_bytes']} bytes (> x{t['size_factor']:g})")
     return found
+
+
+def _budget_loosened(row: dict, old: dict) -> list[str]:
+    """A budget looser than the baseline's (or than the default, when the baseline row kept none) is a
+    regression of its own: a pull request must not make CI green by moving the bar."""
+    from edgeport.validate.budget_audit import loosened, row_default
+
+    new_budget, old_budget = (row.get("parity") or {}).get("budget"), (old.get("parity") or {}).get("budget")
+    if not isinstance(new_budget, dict):
+        return []
+    return loosened(new_budget, old_budget if isinstance(old_budget, dict) else row_default(row))
 
 
 def comparability(report: dict, baseline: dict) -> tuple[bool, list[str]]:
