@@ -303,3 +303,37 @@ def test_a_run_where_no_row_passed_is_not_a_pass(fresh):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAILED" in (fresh / "report.md").read_text()
     assert 'name="verdict"' in (fresh / "junit.xml").read_text()
+
+
+# --- MEDIUM 6 and 7 -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["build", "data"])
+def test_sys_exit_zero_in_user_code_is_exit_2_not_a_pass(tmp_path, where):
+    model = tmp_path / "m.py"
+    model.write_text("import sys, torch\n"
+                     "def build():\n"
+                     + ("    sys.exit(0)\n" if where == "build" else "")
+                     + "    return torch.nn.Linear(4, 4).eval(), (torch.randn(1, 4),)\n"
+                     "def data():\n    sys.exit(0)\n    yield None\n")
+    extra = ["--data", f"{model}:data"] if where == "data" else []
+    result = run_cli("convert", f"{model}:build", "--out", tmp_path / "out", *CONVERT_FAST, *extra)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "sys.exit" in result.stderr or "SystemExit" in result.stderr
+
+
+def test_zip_bomb_nested_in_an_entry_is_refused_as_a_bomb(tmp_path):
+    import zipfile
+
+    archive = _save(torch.nn.Linear(4, 4), tmp_path / "plain.pt2")
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as inner, inner.open("archive/data/0", "w") as handle:
+        for _ in range(200):
+            handle.write(bytes(1 << 20))   # 200 MiB of zeros: ~200 KB compressed
+    crafted = tmp_path / "nested.pt2"
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(crafted, "w") as dst:
+        for info in src.infolist():
+            data = bomb.read_bytes() if "sample_inputs" in info.filename else src.read(info)
+            dst.writestr(info, data)
+    result = run_cli("check", crafted)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "zip bomb" in result.stderr and "run code" not in result.stderr

@@ -179,6 +179,7 @@ def _not_weights_only(reader: _Reader, name: str, what: str) -> list[str]:
     data = reader.read(name)
     if not data:
         return []
+    _check_nested_zip(reader.path, name, data)
     try:
         torch.load(io.BytesIO(data), weights_only=True)
     except Exception as exc:
@@ -186,6 +187,23 @@ def _not_weights_only(reader: _Reader, name: str, what: str) -> list[str]:
         return [f"{name} ({what} that torch's weights-only loader refuses: {reason[-1] if reason else type(exc).__name__}; "
                 "torch would then unpickle it with weights_only=False)"]
     return []
+
+
+def _check_nested_zip(path: Path, name: str, data: bytes) -> None:
+    """An entry torch reads as a zip of its own (``torch.save``'s format) is bounded like the archive: a
+    bomb nested one level down would pass the outer size check and cost gigabytes of memory when read."""
+    try:
+        inner = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError):
+        return  # not a zip: torch's own reader refuses it
+    with inner:
+        declared = sum(i.file_size for i in inner.infolist())
+        nested = [i.filename for i in inner.infolist() if i.filename.lower().endswith((".zip", ".pt", ".pt2"))]
+    if declared > MAX_EXPANSION * len(data) + SLACK_BYTES:
+        raise UsageError(f"{path}: entry {name} declares {declared} bytes uncompressed from {len(data)} bytes "
+                         "(a zip bomb nested in the archive?); refusing to read it")
+    if nested:
+        raise UsageError(f"{path}: entry {name} holds another archive ({nested[0]}); not a torch.export archive")
 
 
 @contextlib.contextmanager

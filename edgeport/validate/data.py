@@ -135,7 +135,7 @@ def _samples_from_callable(where: str, attr: str, signature, flag: str) -> tuple
             items.append(item)
             if len(items) > MAX_DATA_SAMPLES:  # one past the cap: we know there are more without reading them
                 break
-    except Exception as exc:  # the user's code: a failure is bad input, reported in one line
+    except (Exception, SystemExit) as exc:  # the user's code: a failure is bad input, reported in one line
         raise UsageError(f"{flag} {label}: calling {attr}() raised {first_line(exc)}") from exc
     if not items:
         raise UsageError(f"{flag} {label}: {attr}() yielded no samples")
