@@ -337,3 +337,44 @@ def test_zip_bomb_nested_in_an_entry_is_refused_as_a_bomb(tmp_path):
     result = run_cli("check", crafted)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "zip bomb" in result.stderr and "run code" not in result.stderr
+
+
+# --- MEDIUM 10 and LOW 17: bad input is exit 2, not an internal error ---------------------------------------
+
+def _static_program(tmp_path, example=(torch.randn(1, 8),)):
+    program = torch.export.export(torch.nn.Linear(8, 4), (torch.randn(1, 8),))
+    path = tmp_path / "static.pt2"
+    torch.export.save(program, path)
+    return path
+
+
+def test_input_that_does_not_fit_a_static_program_is_exit_2(tmp_path):
+    archive = _static_program(tmp_path)
+    result = run_cli("convert", archive, "--input", "x:1x9:float32", "--out", tmp_path / "out", *CONVERT_FAST)
+    assert result.returncode == 2 and "1x8" in result.stderr, result.stdout + result.stderr
+
+
+def test_stored_sample_inputs_of_the_wrong_shape_are_exit_2(tmp_path):
+    import io
+    import zipfile
+
+    archive = _static_program(tmp_path)
+    crafted = tmp_path / "wrong.pt2"
+    buffer = io.BytesIO()
+    torch.save(((torch.randn(2, 3, 5),), {}), buffer)
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(crafted, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, buffer.getvalue() if "sample_inputs" in info.filename else src.read(info))
+    result = run_cli("convert", crafted, "--out", tmp_path / "out", *CONVERT_FAST)
+    assert result.returncode == 2 and "sample inputs" in result.stderr, result.stdout + result.stderr
+
+
+def test_out_under_proc_is_exit_2(tmp_path):
+    result = run_cli("convert", f"{MODELS}:mlp", "--out", "/proc/edgeport-x/out", *CONVERT_FAST)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
+
+
+def test_zero_size_input_dimension_is_exit_2(tmp_path):
+    result = run_cli("convert", f"{MODELS}:cnn", "--input", "x:1x0x32x32:float32", "--out", tmp_path / "out",
+                     *CONVERT_FAST)
+    assert result.returncode == 2 and "at least 1" in result.stderr, result.stdout + result.stderr

@@ -136,9 +136,12 @@ def staging_dir(out: Path, mark: bool = True) -> Path:
     """A new hidden directory beside ``out`` for this run, holding our pid (and with ``mark``, the marker
     that lets a later --force replace it)."""
     parent = Path(out).resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(parent, Path(out).name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{Path(out).name}.staging-", dir=parent))
+    try:  # os.access says yes to root everywhere; /proc or a read-only mount still refuse the write
+        parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(parent, Path(out).name)
+        staging = Path(tempfile.mkdtemp(prefix=f".{Path(out).name}.staging-", dir=parent))
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 would become the output's mode
     _claim(staging)
     if mark:
