@@ -50,8 +50,8 @@ def default_root() -> Path:
     return base / "edgeport" / "cache"
 
 
-def parse_size(text: str) -> int:
-    """``10G``, ``500M``, ``1048576``: bytes. Bad text is bad input (exit 2)."""
+def parse_size(text: str, what: str = "EDGEPORT_CACHE_MAX") -> int:
+    """``10G``, ``500M``, ``1048576``: bytes. Bad text is bad input (exit 2) naming ``what`` it came from."""
     value = text.strip().upper().removesuffix("B").removesuffix("I")
     unit = value[-1] if value and value[-1] in UNITS else ""
     try:
@@ -59,7 +59,7 @@ def parse_size(text: str) -> int:
     except ValueError:
         number = -1
     if number < 0:
-        raise UsageError(f"EDGEPORT_CACHE_MAX={text!r}: expected a size such as 10G, 500M or a byte count")
+        raise UsageError(f"{what}={text!r}: expected a size such as 10G, 500M or a byte count")
     return int(number * UNITS[unit])
 
 

@@ -378,3 +378,36 @@ def test_zero_size_input_dimension_is_exit_2(tmp_path):
     result = run_cli("convert", f"{MODELS}:cnn", "--input", "x:1x0x32x32:float32", "--out", tmp_path / "out",
                      *CONVERT_FAST)
     assert result.returncode == 2 and "at least 1" in result.stderr, result.stdout + result.stderr
+
+
+# --- LOW 14 and 15: fleet.toml -------------------------------------------------------------------------------
+
+def test_fleet_memory_error_names_the_fleet_key_and_names_differing_in_case_collide(tmp_path):
+    from edgeport.errors import UsageError
+    from edgeport.fleet.spec import read_fleet
+
+    model = f'spec = "{MODELS}:mlp"\ntargets = ["onnx"]\n'
+    path = tmp_path / "fleet.toml"
+    path.write_text(f'[[model]]\nname = "a"\n{model}[ray]\nmemory_per_task = "1P"\n')
+    with pytest.raises(UsageError, match="memory_per_task") as info:
+        read_fleet(path, tmp_path / "out")
+    assert "EDGEPORT_CACHE_MAX" not in str(info.value)
+    path.write_text(f'[[model]]\nname = "a"\n{model}[[model]]\nname = "A"\n{model}')
+    with pytest.raises(UsageError, match="duplicate model name"):
+        read_fleet(path, tmp_path / "out")
+
+
+# --- LOW 12: --data that judges nothing ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["zero_samples", "unknown_key"])
+def test_data_with_no_samples_or_an_unknown_key_is_exit_2(tmp_path, case):
+    import numpy as np
+
+    data = tmp_path / "data.npz"
+    if case == "zero_samples":
+        np.savez(data, x=np.zeros((0, 2, 20), np.float32))
+    else:
+        np.savez(data, x=np.zeros((2, 20), np.float32), x_typo=np.zeros((2, 20), np.float32))
+    result = run_cli("convert", f"{MODELS}:mlp", "--data", data, "--out", tmp_path / "out", *CONVERT_FAST)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("no samples" if case == "zero_samples" else "x_typo") in result.stderr
