@@ -411,3 +411,36 @@ def test_data_with_no_samples_or_an_unknown_key_is_exit_2(tmp_path, case):
     result = run_cli("convert", f"{MODELS}:mlp", "--data", data, "--out", tmp_path / "out", *CONVERT_FAST)
     assert result.returncode == 2, result.stdout + result.stderr
     assert ("no samples" if case == "zero_samples" else "x_typo") in result.stderr
+
+
+# --- LOW 11: a report.json cannot cost minutes and gigabytes ------------------------------------------------
+
+@pytest.mark.parametrize("rows", [2, 5000])
+def test_duplicate_or_countless_rows_are_refused(fresh, rows):
+    report = read_report(fresh)
+    row = report["targets"][0]
+    report["targets"] = [row] * 2 if rows == 2 else [{**row, "variant": f"v{i}"} for i in range(rows)]
+    (fresh / "report.json").write_text(json.dumps(report))
+    result = run_cli("report", fresh, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("repeats" if rows == 2 else "more than") in result.stderr
+
+
+# --- LOW 16: a kill between publish's two renames loses nothing ---------------------------------------------
+
+def test_old_output_in_a_dead_runs_trash_is_recovered(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from edgeport.pipeline import outdir
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid that existed and is gone: the run killed between old -> trash and staging -> out
+    trash = tmp_path / ".out.trash-dead"
+    (trash / "old").mkdir(parents=True)
+    (trash / "old" / "report.json").write_text("the last good output")
+    (trash / outdir.PID_FILE).write_text(f"{child.pid} {socket.gethostname()}\n")
+    outdir.clean_stale(tmp_path, "out")
+    assert (tmp_path / "out" / "report.json").read_text() == "the last good output"
+    assert not trash.exists()

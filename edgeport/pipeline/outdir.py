@@ -151,7 +151,8 @@ def staging_dir(out: Path, mark: bool = True) -> Path:
 
 def clean_stale(parent: Path, name: str) -> list[Path]:
     """Remove ``.NAME.staging-*`` / ``.NAME.trash-*`` directories left by runs that died (their pid file
-    names a process of this host that no longer exists). Anything else is left alone."""
+    names a process of this host that no longer exists), first putting back an old output a dead run had
+    moved to its trash when NAME itself is gone. Anything else is left alone."""
     pattern = re.compile(rf"\.{re.escape(name)}\.(staging|trash)-\w+")
     removed = []
     for entry in parent.iterdir():
@@ -160,6 +161,9 @@ def clean_stale(parent: Path, name: str) -> list[Path]:
         owner = _owner(entry)
         if owner is None or owner[1] != socket.gethostname() or _alive(owner[0]):
             continue
+        old, dest = entry / "old", parent / name
+        if ".trash-" in entry.name and old.is_dir() and not old.is_symlink() and not os.path.lexists(dest):
+            os.rename(old, dest)  # the run died between publish's two renames: the old output comes back
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed

@@ -16,6 +16,10 @@ from pathlib import Path
 from edgeport.errors import UsageError
 
 KNOWN_SCHEMAS = ("edgeport.report/1",)
+# A report has one row per target x variant: a few dozen. Far more (or a file far larger than such a report)
+# is a crafted file that would cost minutes and gigabytes to render, so it is refused before it is parsed.
+MAX_ROWS = 1000
+MAX_REPORT_BYTES = 64 << 20
 
 
 def load_baseline(path: Path) -> dict:
@@ -25,6 +29,9 @@ def load_baseline(path: Path) -> dict:
         path = path / "report.json"
     if not path.is_file():
         raise UsageError(f"--baseline not found: {path}")
+    if path.stat().st_size > MAX_REPORT_BYTES:
+        raise UsageError(f"--baseline {path} is {path.stat().st_size} bytes, more than any report "
+                         f"({MAX_REPORT_BYTES >> 20} MiB); refusing to read it")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # (nesting deeper than Python's stack)
@@ -34,10 +41,16 @@ def load_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline {path}: unknown report schema {schema!r} (this edgeport reads {', '.join(KNOWN_SCHEMAS)})")
     if not isinstance(data.get("targets"), list):
         raise UsageError(f"--baseline {path}: no 'targets' list")
+    if len(data["targets"]) > MAX_ROWS:
+        raise UsageError(f"--baseline {path}: {len(data['targets'])} rows, more than {MAX_ROWS}; not a report")
+    seen = set()
     for index, row in enumerate(data["targets"]):
         problem = row_problem(row)
         if problem:
             raise UsageError(f"--baseline {path}: row {index} {problem}")
+        if (row["target"], row["variant"]) in seen:
+            raise UsageError(f"--baseline {path}: row {index} repeats {row['target']}[{row['variant']}]")
+        seen.add((row["target"], row["variant"]))
     if not isinstance(data.get("model"), dict):
         raise UsageError(f"--baseline {path}: no 'model' object")
     return data
