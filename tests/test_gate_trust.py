@@ -444,3 +444,13 @@ def test_old_output_in_a_dead_runs_trash_is_recovered(tmp_path):
     outdir.clean_stale(tmp_path, "out")
     assert (tmp_path / "out" / "report.json").read_text() == "the last good output"
     assert not trash.exists()
+
+
+@pytest.mark.slow
+def test_fleet_with_a_relative_out_as_in_the_readme(tmp_path):
+    (tmp_path / "models.py").write_text((REPO / "tests" / "models.py").read_text())
+    (tmp_path / "fleet.toml").write_text('[[model]]\nname = "mlp"\nspec = "models.py:mlp"\ntargets = ["onnx"]\n'
+                                         'samples = 1\nlatency = false\n')
+    result = run_cli("fleet", "fleet.toml", "--out", "dist/fleet/", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert read_report(tmp_path / "dist" / "fleet" / "mlp")["passed"]

@@ -37,7 +37,7 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
     from edgeport.pipeline.outdir import MARKER, check_output_dir, check_own_files
     from edgeport.pipeline.proc import redirected
 
-    out = Path(out)
+    out = Path(out).absolute()  # Ray's temp dirs (and every worker) need absolute paths; README's --out is relative
     check_output_dir(out, force, [Path(path)])
     check_own_files(out, [MARKER, FLEET_LOG])  # written in place (a --force'd OUT is not swapped like convert's)
     fleet = read_fleet(Path(path), out)
