@@ -454,3 +454,30 @@ def test_fleet_with_a_relative_out_as_in_the_readme(tmp_path):
     result = run_cli("fleet", "fleet.toml", "--out", "dist/fleet/", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert read_report(tmp_path / "dist" / "fleet" / "mlp")["passed"]
+
+
+# --- HIGH 2, continued: bundle and cache clear delete only what edgeport wrote -------------------------------
+
+def test_bundle_refuses_an_asset_folder_holding_the_users_files(tmp_path):
+    from test_bundle_safety import ASSETS, _app, _out
+
+    out, app = _out(tmp_path), _app(tmp_path)
+    (app / ASSETS / "my_labels.txt").write_text("cat\ndog\n")
+    result = run_cli("bundle", out, "--android", app)
+    assert result.returncode == 2 and "my_labels.txt" in result.stderr, result.stdout + result.stderr
+    assert (app / ASSETS / "my_labels.txt").read_text() == "cat\ndog\n"
+
+
+def test_cache_clear_leaves_an_entry_holding_a_file_it_did_not_write(tmp_path):
+    from edgeport.cache import Cache
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"artifact")
+    cache = Cache(tmp_path / "cache")
+    assert cache.put("ab" + "0" * 62, src, ["a.bin"], {})
+    assert cache.put("cd" + "0" * 62, src, ["a.bin"], {})
+    planted = cache.entry_dir("cd" + "0" * 62) / "files" / "notes.txt"
+    planted.write_text("someone's")
+    assert cache.clear() == 1
+    assert planted.read_text() == "someone's" and not cache.entry_dir("ab" + "0" * 62).exists()
