@@ -481,3 +481,18 @@ def test_cache_clear_leaves_an_entry_holding_a_file_it_did_not_write(tmp_path):
     planted.write_text("someone's")
     assert cache.clear() == 1
     assert planted.read_text() == "someone's" and not cache.entry_dir("ab" + "0" * 62).exists()
+
+
+# --- LOW 13: auto_map with a built-in model_type ------------------------------------------------------------
+
+def test_auto_map_with_a_builtin_model_type_needs_trust_remote_code(tmp_path):
+    import transformers
+
+    model_dir = tmp_path / "bert"
+    transformers.BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=8).save_pretrained(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    result = run_cli("convert", f"hf:{model_dir}", "--out", tmp_path / "out", *CONVERT_FAST)
+    assert result.returncode == 2 and "trust-remote-code" in result.stderr, result.stdout + result.stderr
