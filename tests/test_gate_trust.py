@@ -496,3 +496,16 @@ def test_auto_map_with_a_builtin_model_type_needs_trust_remote_code(tmp_path):
     (model_dir / "config.json").write_text(json.dumps(config))
     result = run_cli("convert", f"hf:{model_dir}", "--out", tmp_path / "out", *CONVERT_FAST)
     assert result.returncode == 2 and "trust-remote-code" in result.stderr, result.stdout + result.stderr
+
+
+# --- MEDIUM 8: a topology the generation does not have never reaches libtpu --------------------------------
+
+@pytest.mark.parametrize("text,needle", [("v5e:32x32", "16x16"), ("v6e:3x5", "its slices"),
+                                         ("v4:64x64x64", "at most 4096")])
+def test_topology_beyond_the_generation_is_exit_2_with_its_limits(tmp_path, text, needle):
+    from edgeport.errors import UsageError
+    from edgeport.export.tpu_aot import parse_topology
+
+    with pytest.raises(UsageError, match=needle):
+        parse_topology(text)
+    assert parse_topology("v5e:2x4").shape == (2, 4) and parse_topology("v4:2x2x1").shape == (2, 2, 1)
