@@ -509,3 +509,25 @@ def test_topology_beyond_the_generation_is_exit_2_with_its_limits(tmp_path, text
     with pytest.raises(UsageError, match=needle):
         parse_topology(text)
     assert parse_topology("v5e:2x4").shape == (2, 4) and parse_topology("v4:2x2x1").shape == (2, 2, 1)
+
+
+def test_buffer_written_under_no_grad_is_kept_parameter_is_not():
+    """A no-grad region becomes a nested graph: its inputs stand for the caller's operands, so a buffer
+    stays writable there and a parameter does not."""
+    from edgeport.errors import UsageError
+    from edgeport.sources.program_policy import check_program
+
+    class NoGradBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("steps", torch.zeros(4))
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.steps.add_(1)
+            return self.linear(x) + self.steps
+
+    check_program(torch.export.export(NoGradBuffer(), (torch.randn(1, 4),)), "buffer.pt2")
+    with pytest.raises(UsageError, match="p_linear_weight"):
+        check_program(torch.export.export(ParamWriter(), (torch.randn(1, 4),)), "param.pt2")

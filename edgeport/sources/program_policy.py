@@ -56,11 +56,13 @@ def check_program(program, where: str, namespaces=()) -> None:
     allowed = NAMESPACES | {str(n) for n in namespaces}
     signature = program.graph_signature  # buffers and the inputs edgeport itself allocates (KV-cache steps)
     buffers = set(signature.inputs_to_buffers) | set(signature.user_inputs)
+    writable = {"": buffers}  # per graph: placeholders an in-place write may target
     try:
         for path, gm in _graphs(program.graph_module):
             for node in gm.graph.nodes:
                 try:
-                    _check_node(node, allowed, buffers if not path else set())
+                    _check_node(node, allowed, writable.get(path, set()))
+                    writable.update(_nested_writable(node, gm, path, writable.get(path, set())))
                 except Refused as exc:
                     graph = f" (in nested graph {path})" if path else ""
                     raise Refused(f"node {node.name!r}{graph} {exc}") from None
@@ -92,6 +94,34 @@ def _graphs(root):
             yield name, module
         elif name:
             raise Refused(f"the program holds a submodule {name!r} of type {type(module).__name__}, not a graph")
+
+
+def _nested_writable(node, gm, path: str, writable: set) -> dict[str, set]:
+    """For a control-flow call (``cond``, ``while_loop``, a no-grad/autocast region ...): the placeholders of
+    each body it calls that stand for an operand an in-place write may target here. Operands follow the
+    last body argument; the bodies' placeholders take them in order."""
+    bodies = [a for a in node.args if getattr(a, "op", None) == "get_attr"] if node.op == "call_function" else []
+    if not bodies:
+        return {}
+    last = max(i for i, a in enumerate(node.args) if getattr(a, "op", None) == "get_attr")
+    operands = [a for a in _flat(node.args[last + 1:]) if hasattr(a, "op")]
+    fine = [(r := _root(a)) is not None and (r.op != "placeholder" or r.name in writable) for a in operands]
+    found = {}
+    for body in bodies:
+        try:
+            graph = gm.get_submodule(body.target).graph
+        except (AttributeError, TypeError):
+            continue
+        names = [n.name for n in graph.nodes if n.op == "placeholder"]
+        found[f"{path}.{body.target}" if path else body.target] = {n for n, ok in zip(names, fine) if ok}
+    return found
+
+
+def _flat(values) -> list:
+    out = []
+    for value in values:
+        out += _flat(value) if isinstance(value, (list, tuple)) else [value]
+    return out
 
 
 def _check_node(node, allowed: frozenset, buffers: set) -> None:
