@@ -57,7 +57,8 @@ def render(directory: Path, formats: list[str], baseline: Path | None = None, co
                     + ([REPORT_FORMATS[f] for f in formats] if output is None else []))
     if base is not None:
         report.pop("baseline", None)
-        finish_report(report, base)
+    finish_report(report, base)  # the verdict and budget audit are recomputed from the rows, never trusted
+    if base is not None:
         write_json(directory / "report.json", report)
     for fmt in formats:
         (output or directory / REPORT_FORMATS[fmt]).write_text(renderers()[fmt](report))

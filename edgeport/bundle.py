@@ -83,19 +83,22 @@ def asset_dir(app_dir: Path, platform: str) -> Path:
 
 def bundle(out_dir: Path, app_dir: Path, platform: str) -> Path:
     """Replace the app's bundled edgeport assets with out_dir's; returns the asset folder."""
+    from edgeport.pipeline.marker import check_replaceable
     from edgeport.pipeline.outdir import publish, staging_dir
 
     assets = asset_dir(app_dir, platform)
     files = files_to_bundle(out_dir)
+    if assets.is_dir() and not assets.is_symlink() and any(assets.iterdir()):
+        check_replaceable(assets, "asset folder")  # only what an earlier bundle wrote is replaced
     try:
-        staging = staging_dir(assets, mark=False)
+        staging = staging_dir(assets)
     except OSError as exc:
         raise UsageError(f"cannot write into {assets.parent}: {exc}") from None
     try:
         for rel in files:
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(out_dir / rel, staging / rel)
-        publish(staging, assets, only_ours=False)
+        publish(staging, assets)
     except OSError as exc:
         raise UsageError(f"bundling into {assets} failed, the app is unchanged: {exc}") from None
     finally:

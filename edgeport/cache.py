@@ -50,8 +50,8 @@ def default_root() -> Path:
     return base / "edgeport" / "cache"
 
 
-def parse_size(text: str) -> int:
-    """``10G``, ``500M``, ``1048576``: bytes. Bad text is bad input (exit 2)."""
+def parse_size(text: str, what: str = "EDGEPORT_CACHE_MAX") -> int:
+    """``10G``, ``500M``, ``1048576``: bytes. Bad text is bad input (exit 2) naming ``what`` it came from."""
     value = text.strip().upper().removesuffix("B").removesuffix("I")
     unit = value[-1] if value and value[-1] in UNITS else ""
     try:
@@ -59,7 +59,7 @@ def parse_size(text: str) -> int:
     except ValueError:
         number = -1
     if number < 0:
-        raise UsageError(f"EDGEPORT_CACHE_MAX={text!r}: expected a size such as 10G, 500M or a byte count")
+        raise UsageError(f"{what}={text!r}: expected a size such as 10G, 500M or a byte count")
     return int(number * UNITS[unit])
 
 
@@ -176,17 +176,20 @@ class Cache:
         except OSError:
             return final.is_dir()  # another process stored the same key first: theirs is as good
 
-    def _drop(self, entry: Path) -> None:
-        """Remove an entry: renamed away first (atomic), deleted after, so no reader sees it half gone."""
-        if not self._sound():
-            return
+    def _drop(self, entry: Path) -> bool:
+        """Remove an entry: renamed away first (atomic), deleted after, so no reader sees it half gone. An
+        entry holding anything its meta.json does not list is left alone (edgeport deletes only what it
+        wrote, even in its cache: ``EDGEPORT_CACHE`` may name a folder that holds someone's files)."""
+        if not self._sound() or _foreign(entry):
+            return False
         try:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
             away = Path(tempfile.mkdtemp(prefix=TMP_PREFIXES[1], dir=self.root / "tmp"))
             os.rename(entry, away / "entry")
         except OSError:
-            return
+            return False
         shutil.rmtree(away, ignore_errors=True)
+        return True
 
     def _sound(self) -> bool:
         """``tmp/`` and ``entries/`` are the cache's own directories, not symlinks: through one, staging,
@@ -245,12 +248,10 @@ class Cache:
 
     def clear(self) -> int:
         """Remove every entry (and stale builds); returns how many entries went."""
-        entries = self.entries()
-        for e in entries:
-            self._drop(e["path"])
+        dropped = sum(self._drop(e["path"]) for e in self.entries())
         for path in self._own_tmp():
             shutil.rmtree(path, ignore_errors=True)
-        return len(entries)
+        return dropped
 
     def _own_tmp(self) -> list[Path]:
         """What this cache staged in ``tmp/`` (its ``build-``/``drop-`` dirs) and nothing else: a mistyped
@@ -259,6 +260,27 @@ class Cache:
             return []
         return [p for p in (self.root / "tmp").glob("*") if p.name.startswith(TMP_PREFIXES) and p.is_dir()
                 and not p.is_symlink()]
+
+
+def _foreign(entry: Path) -> list[str]:
+    """Paths in an entry directory this cache did not write: anything beside ``meta.json`` and ``files/``,
+    and, when meta.json is readable, anything under ``files/`` it does not list. (A corrupt meta.json lists
+    nothing reliable: such an entry is still dropped when it holds only those two names.)"""
+    found = [p.name for p in entry.iterdir() if p.name not in ("meta.json", "files") or p.is_symlink()]
+    try:
+        listed = {f"files/{rel}" for rel in json.loads((entry / "meta.json").read_text())["files"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return found
+    if any(".." in rel.split("/") for rel in listed):
+        return found  # an escaping list is corrupt, not a claim on anything
+    allowed = {"files", *listed}
+    for rel in listed:  # and the folders holding them
+        allowed.update(p.as_posix() for p in Path(rel).parents if p.as_posix() != ".")
+    files = entry / "files"
+    if files.is_dir() and not files.is_symlink():
+        found += [p.relative_to(entry).as_posix() for p in files.rglob("*")
+                  if p.relative_to(entry).as_posix() not in allowed or p.is_symlink()]
+    return found
 
 
 def _inside(root: Path, rel: str) -> Path:

@@ -32,6 +32,9 @@ from edgeport.validate.parity import ALLOW_KEYS, BUDGET_KEYS, GATE_KEYS, LIST_KE
 BASELINE_DEFAULTS = {"error_factor": 2.0, "error_floor": 1e-6, "latency_factor": 1.5, "size_factor": 1.05}
 
 
+FILES_KEY = "_files"  # the config files read, kept with the config for the report
+
+
 def load_config(path: Path | None = None, cwd: Path | None = None) -> dict:
     cwd = cwd or Path.cwd()
     if path is not None:
@@ -46,7 +49,7 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> dict:
         return {}
     config = _read_toml(found, tool_table)
     check_config(config, found.name)
-    return config
+    return {**config, FILES_KEY: [str(found)]}  # every report names the config file it was judged by
 
 
 def _read_toml(path: Path, tool_table: bool) -> dict:
@@ -162,11 +165,16 @@ def _table_value(metric: str, value, where: str):
     return _number(metric, float(value), f"budget in {where}")
 
 
-def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[str, ...], str, Any]]) -> dict:
-    """The target's own budget for ``variant`` (an unknown variant is an error), then [budgets.*], then flags."""
+def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[str, ...], str, Any]],
+               generative: bool = False) -> dict:
+    """The target's own budget for ``variant`` (an unknown variant is an error), then [budgets.*], then flags;
+    one that gates nothing is exit 2 (``check_budget``). The built-in default rides along as ``builtin`` so
+    every report can list what a config changed, from the rows alone."""
     from edgeport.targets.registry import get_target
+    from edgeport.validate.budget_audit import check_budget
 
     budget = get_target(target).budget(variant)
+    builtin = dict(budget)
     tables = config.get("budgets", {})
     for table_key in (variant, f"{target}.{variant}"):
         for metric, value in tables.get(table_key, {}).items():
@@ -175,7 +183,8 @@ def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[
         for scope, metric, value in flags:
             if scope == layer:
                 budget[metric] = value
-    return budget
+    check_budget(budget, f"budget of {target}.{variant}", generative)
+    return {**budget, "builtin": builtin}
 
 
 def _check_list(key: str, value, where: str) -> list[str]:

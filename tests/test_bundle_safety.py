@@ -31,6 +31,9 @@ def _app(tmp_path: Path) -> Path:
     app = tmp_path / "app_dir"
     (app / ASSETS).mkdir(parents=True)
     (app / ASSETS / "old.tflite").write_text("the app's current model")
+    from edgeport.pipeline.marker import write_marker
+
+    write_marker(app / ASSETS)  # as an earlier bundle left it: edgeport's own list
     return app
 
 
@@ -116,6 +119,6 @@ def test_good_bundle_replaces_the_assets_and_leaves_nothing_else(tmp_path):
     result = run_cli("bundle", out, "--android", app)
     assert result.returncode == 0, result.stderr
     assets = app / ASSETS
-    assert sorted(str(p.relative_to(assets)) for p in assets.rglob("*") if p.is_file()) == [
+    assert sorted(str(p.relative_to(assets)) for p in assets.rglob("*") if p.is_file() and p.name != ".edgeport") == [
         "litert/model_fp32.tflite", "litert/parity_sample/index.json", "litert/parity_sample/input_0.bin", "manifest.json"]
     assert sorted(p.name for p in assets.parent.iterdir()) == ["edgeport"]

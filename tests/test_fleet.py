@@ -4,6 +4,7 @@ fleet its fleet.json/md/html. Bad fleet files and unreachable clusters are exit 
 within a bounded time)."""
 
 import json
+import shutil
 import socket
 import threading
 import time
@@ -114,22 +115,25 @@ def test_failing_model_is_reported_and_the_rest_convert(fleet_run):
 def test_force_replaces_the_models_of_an_earlier_fleet(tmp_path):
     """--force on an earlier fleet's OUT: a model directory this fleet does not have goes (fleet.json and the
     directories agree, as `convert --force` replaces its --out); what edgeport did not write stays."""
-    from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA
+    from edgeport.pipeline.marker import write_marker
 
     (tmp_path / "models.py").write_text((REPO / "tests" / "models.py").read_text())
     (tmp_path / "fleet.toml").write_text('[[model]]\nname = "mlp"\nspec = "models.py:mlp"\ntargets = ["onnx"]\n'
                                          'samples = 2\nlatency = false\n')
     out = tmp_path / "out"
-    for directory in (out, out / "mlp", out / "gone"):   # an earlier fleet of the models mlp and gone
-        directory.mkdir(parents=True)
-        (directory / MARKER).write_text(REPORT_SCHEMA + "\n")
+    for directory in (out / "mlp", out / "gone", out):   # an earlier fleet of the models mlp and gone
+        directory.mkdir(parents=True, exist_ok=True)
+        write_marker(directory)
     (out / "mine").mkdir()
     (out / "mine" / "notes.txt").write_text("the user's own")
+    refused = run_cli("fleet", "fleet.toml", "--out", out, "--force", cwd=tmp_path, timeout=900)
+    assert refused.returncode == 2 and "mine" in refused.stderr, refused.stdout + refused.stderr
+    assert (out / "mine" / "notes.txt").read_text() == "the user's own"  # not edgeport's: --force is refused
+    shutil.rmtree(out / "mine")
     result = run_cli("fleet", "fleet.toml", "--out", out, "--force", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert [m["name"] for m in json.loads((out / "fleet.json").read_text())["models"]] == ["mlp"]
     assert read_report(out / "mlp")["passed"] and not (out / "gone").exists()
-    assert (out / "mine" / "notes.txt").read_text() == "the user's own"
 
 
 @pytest.mark.slow

@@ -96,12 +96,12 @@ def test_pt2_source_roundtrip(tmp_path):
 
 
 def test_force_replaces_output(tmp_path):
-    from edgeport.pipeline.outdir import MARKER
+    from edgeport.pipeline.marker import write_marker
 
     out = tmp_path / "out"
     out.mkdir()
-    (out / MARKER).write_text("edgeport.report/1\n")  # --force replaces only edgeport's own output
     (out / "old.txt").write_text("old")
+    write_marker(out)  # --force replaces only edgeport's own output: what its marker lists
     assert run_cli("convert", f"{MODELS}:mlp", "--out", out, "--force", "--no-latency").returncode == 0
     assert not (out / "old.txt").exists() and (out / "report.json").is_file()
 

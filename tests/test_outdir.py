@@ -68,8 +68,10 @@ def test_force_replaces_our_own_output(tmp_path):
     out = tmp_path / "out"
     assert run_cli("convert", f"{MODELS}:mlp", "--out", out, *FAST).returncode == 0
     assert (out / MARKER).is_file() and oct(out.stat().st_mode & 0o777) != oct(0o700)
-    (out / "stale.txt").write_text("from an earlier run")
     _usage_error(run_cli("convert", f"{MODELS}:mlp", "--out", out, *FAST), "pass --force")
+    (out / "stale.txt").write_text("the user's, not edgeport's")  # --force replaces only what edgeport wrote
+    _usage_error(run_cli("convert", f"{MODELS}:mlp", "--out", out, "--force", *FAST), "stale.txt")
+    (out / "stale.txt").unlink()
     result = run_cli("convert", f"{MODELS}:mlp", "--out", out, "--force", *FAST)
     assert result.returncode == 0, result.stderr
     assert not (out / "stale.txt").exists() and read_report(out)["passed"]

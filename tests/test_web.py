@@ -214,10 +214,14 @@ def test_bundle_copies_manifest_models_and_parity_sample(converted, tmp_path, pl
     stale = app / assets / "old.tflite"
     stale.parent.mkdir(parents=True, exist_ok=True)
     stale.write_text("stale")
+    from edgeport.pipeline.marker import write_marker
+
+    write_marker(stale.parent)  # an earlier bundle's: --force-free replacement of edgeport's own assets
     out = converted["two_io"]
     result = run_cli("bundle", out, flag, app)
     assert result.returncode == 0, result.stderr
-    copied = sorted(str(p.relative_to(app / assets)) for p in (app / assets).rglob("*") if p.is_file())
+    copied = sorted(str(p.relative_to(app / assets)) for p in (app / assets).rglob("*")
+                    if p.is_file() and p.name != ".edgeport")
     assert copied == ["litert/model_fp32.tflite", "litert/parity_sample/index.json",
                       "litert/parity_sample/input_0.bin", "litert/parity_sample/input_1.bin",
                       "litert/parity_sample/output_0.bin", "litert/parity_sample/output_1.bin", "manifest.json"]

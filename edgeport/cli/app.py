@@ -76,6 +76,9 @@ def with_progress(work):
             return work(lambda message: show_step(console, steps, status, message))
     except UsageError as exc:
         fail_usage(str(exc))
+    except SystemExit as exc:  # edgeport never calls sys.exit while working: the model's or data's code did
+        fail_usage(f"user code (the model, its build function or --data) called sys.exit({exc.code!r}); "
+                   "nothing was judged, so this run is not a pass")
     except Exception as exc:  # a bug of ours, not bad input: one line unless asked for the traceback
         if os.environ.get("EDGEPORT_DEBUG"):
             raise

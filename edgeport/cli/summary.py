@@ -26,6 +26,10 @@ def print_summary(report: dict, out: Path) -> None:
             typer.echo(printable(f"{r['target']} {r['variant']}: {text}"))
     for text in (report.get("baseline") or {}).get("notes") or []:
         typer.echo(printable(f"baseline: {text}"))
+    from edgeport.validate.budget_audit import audit_lines
+
+    for text in audit_lines(report):
+        typer.echo(printable(text))
     typer.echo(f"{'PASSED' if report['passed'] else 'FAILED'} — report: {out / 'report.md'}")
 
 

@@ -33,10 +33,11 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
     from edgeport.fleet.cluster import check_ray_installed, split_address
     from edgeport.fleet.run import run_fleet
     from edgeport.fleet.spec import read_fleet
-    from edgeport.pipeline.outdir import MARKER, REPORT_SCHEMA, check_output_dir, check_own_files
     from edgeport.core.proc import redirected
+    from edgeport.pipeline.marker import read_marker, write_marker
+    from edgeport.pipeline.outdir import MARKER, check_output_dir, check_own_files
 
-    out = Path(out)
+    out = Path(out).absolute()  # Ray's temp dirs (and every worker) need absolute paths; README's --out is relative
     check_output_dir(out, force, [Path(path)])
     check_own_files(out, [MARKER, FLEET_LOG])  # written in place (a --force'd OUT is not swapped like convert's)
     fleet = read_fleet(Path(path), out)
@@ -45,7 +46,8 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
         split_address(ray_address)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text(REPORT_SCHEMA + "\n")
+    if read_marker(out) is None:
+        write_marker(out)  # a new OUT: nothing in it yet; the full list is written when the fleet ends
     try:
         with redirected(out / FLEET_LOG):
             runs, info = run_fleet(fleet, out, ray_address, view or _NoView())
@@ -56,6 +58,7 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
     data = fleet_report.build(runs, info, Path(path))
     fleet_report.write(out, data)
     drop_stale_models(out, {m.name for m in fleet.models})
+    write_marker(out)
     return FleetResult(data, out, 0 if data["passed"] else 1)
 
 

@@ -99,9 +99,10 @@ def read_model(entry: dict, number: int, defaults: dict, path: Path, out: Path, 
     name, spec = entry.get("name"), entry.get("spec")
     if not isinstance(name, str) or not NAME.fullmatch(name) or name in RESERVED:
         raise UsageError(f"{label}: name must be a directory name (letters, digits, . _ -), got {name!r}")
-    if name in seen:
-        raise UsageError(f"{label}: duplicate model name {name!r}")
-    seen.add(name)
+    if name.lower() in seen:  # `a` and `A` are one directory on a case-insensitive file system
+        raise UsageError(f"{label}: duplicate model name {name!r} (names differing only in case collide on "
+                         "case-insensitive file systems)")
+    seen.add(name.lower())
     if not isinstance(spec, str) or not spec:
         raise UsageError(f"{label}: spec must be a MODEL spec string (file.py:fn, module:fn, file.pt2, hf:DIR)")
     values = merged(defaults, entry)
@@ -146,7 +147,8 @@ def read_ray(table, where: str) -> RaySettings:
             raise UsageError(f"{where}: [ray]: {key} has the wrong type ({value!r})")
     settings = RaySettings(**{k: v for k, v in table.items() if k != "memory_per_task"})
     if "memory_per_task" in table:
-        settings = RaySettings(settings.cpus_per_task, parse_size(table["memory_per_task"]), settings.max_retries)
+        memory = parse_size(table["memory_per_task"], f"{where}: [ray] memory_per_task")
+        settings = RaySettings(settings.cpus_per_task, memory, settings.max_retries)
     if settings.cpus_per_task <= 0 or settings.max_retries < 0 or settings.memory_per_task <= 0:
         raise UsageError(f"{where}: [ray]: cpus_per_task and memory_per_task must be > 0, max_retries >= 0")
     return settings

@@ -1,8 +1,9 @@
 """The output directory: edgeport replaces only what it wrote, never an input, and swaps a run in atomically.
 
-- :func:`check_output_dir` runs before any work. ``--force`` may replace only a directory edgeport wrote
-  (its :data:`MARKER` file, or a report.json of edgeport's schema); ``--out`` may not be the working
-  directory, one of its parents, or hold an input (model file, data, config); a symlink or a file is refused;
+- :func:`check_output_dir` runs before any work. ``--force`` may replace only a directory edgeport wrote:
+  its :data:`MARKER` lists every path edgeport put there and nothing else is in it
+  (:mod:`edgeport.pipeline.marker`; a report.json proves nothing, anyone can copy one); ``--out`` may not
+  be the working directory, one of its parents, or hold an input (model file, data, config); a symlink or a file is refused;
   the parent must be writable. A mistake is exit 2 before minutes of conversion, not a loss after.
 - :func:`staging_dir` makes the hidden ``.NAME.staging-XXXX`` directory a run writes into (beside ``--out``,
   on the same file system, with this process's pid), after removing stale ones of runs that died (SIGKILL,
@@ -15,7 +16,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from edgeport.errors import UsageError
 
-MARKER = ".edgeport"                 # written into every output directory; holds the report schema
-REPORT_SCHEMA = "edgeport.report/1"
+from edgeport.pipeline.marker import MARKER, REPORT_SCHEMA, check_replaceable, claim, foreign_entries, write_marker
+
 PID_FILE = ".edgeport-run.pid"       # in staging and trash directories: "<pid> <host>" of the run owning it
 WRITABLE = os.W_OK | os.X_OK
 
@@ -46,25 +46,17 @@ def check_output_dir(out: Path, force: bool, inputs: list[Path] = ()) -> None:
         if resolved == target or target in resolved.parents:
             raise UsageError(f"--out {out} holds an input of this run ({path}); give a directory of its own")
     if out.is_dir() and any(out.iterdir()):
-        if not is_ours(out):
-            raise UsageError(f"--out {out} is not empty and was not written by edgeport (no {MARKER}); "
-                             "give a new or empty directory (--force replaces only edgeport's own output)")
+        if force or foreign_entries(out) is None:
+            check_replaceable(out, "--out")
         if not force:
             raise UsageError(f"--out {out} is not empty; pass --force to replace it")
     check_writable(out)
 
 
 def is_ours(directory: Path) -> bool:
-    """An output directory edgeport wrote: its marker file, or (outputs older than the marker) a report.json
-    of edgeport's schema."""
-    marker = directory / MARKER
-    if marker.is_file() and not marker.is_symlink():
-        return True
-    report = directory / "report.json"
-    try:
-        return not report.is_symlink() and json.loads(report.read_text()).get("schema") == REPORT_SCHEMA
-    except (OSError, ValueError, AttributeError):
-        return False
+    """An output directory edgeport wrote, every entry of it (its marker's list; see
+    :mod:`edgeport.pipeline.marker`)."""
+    return foreign_entries(directory) == []
 
 
 def check_own_files(directory: Path, names) -> None:
@@ -75,6 +67,7 @@ def check_own_files(directory: Path, names) -> None:
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise UsageError(f"{path} is a symlink or not a regular file; edgeport writes only its own files "
                              f"inside {directory}")
+    claim(directory, names)  # about to be written: a later --force may replace them (and only them)
 
 
 def check_writable(out: Path) -> None:
@@ -143,19 +136,23 @@ def staging_dir(out: Path, mark: bool = True) -> Path:
     """A new hidden directory beside ``out`` for this run, holding our pid (and with ``mark``, the marker
     that lets a later --force replace it)."""
     parent = Path(out).resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(parent, Path(out).name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{Path(out).name}.staging-", dir=parent))
+    try:  # os.access says yes to root everywhere; /proc or a read-only mount still refuse the write
+        parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(parent, Path(out).name)
+        staging = Path(tempfile.mkdtemp(prefix=f".{Path(out).name}.staging-", dir=parent))
+    except OSError as exc:
+        raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 would become the output's mode
     _claim(staging)
     if mark:
-        (staging / MARKER).write_text(REPORT_SCHEMA + "\n")
+        write_marker(staging)  # rewritten with the full list when published
     return staging
 
 
 def clean_stale(parent: Path, name: str) -> list[Path]:
     """Remove ``.NAME.staging-*`` / ``.NAME.trash-*`` directories left by runs that died (their pid file
-    names a process of this host that no longer exists). Anything else is left alone."""
+    names a process of this host that no longer exists), first putting back an old output a dead run had
+    moved to its trash when NAME itself is gone. Anything else is left alone."""
     pattern = re.compile(rf"\.{re.escape(name)}\.(staging|trash)-\w+")
     removed = []
     for entry in parent.iterdir():
@@ -164,6 +161,9 @@ def clean_stale(parent: Path, name: str) -> list[Path]:
         owner = _owner(entry)
         if owner is None or owner[1] != socket.gethostname() or _alive(owner[0]):
             continue
+        old, dest = entry / "old", parent / name
+        if ".trash-" in entry.name and old.is_dir() and not old.is_symlink() and not os.path.lexists(dest):
+            os.rename(old, dest)  # the run died between publish's two renames: the old output comes back
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
@@ -175,6 +175,8 @@ def publish(staging: Path, out: Path, only_ours: bool = True) -> None:
     for edgeport, is replaced regardless)."""
     dest = staging.parent / Path(out).name
     trash = None
+    if (staging / MARKER).is_file():
+        write_marker(staging)  # everything in it now is what edgeport wrote
     with _locked(staging.parent):
         if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
             raise UsageError(f"--out {out} was replaced by a symlink or a file during the run; left it as it is")

@@ -37,7 +37,7 @@ class Plan:
 
 
 def plan(opts: ConvertOptions) -> Plan:
-    from edgeport.config import load_config, parse_budget_flags
+    from edgeport.config import budget_for, load_config, parse_budget_flags
     from edgeport.pipeline.outdir import check_junit, check_output_dir, input_paths
 
     from edgeport.pipeline.tasks import get_task
@@ -59,8 +59,10 @@ def plan(opts: ConvertOptions) -> Plan:
                      input_paths(opts.source.model, opts.judge.data, opts.calibration_data, opts.judge.config,
                                  opts.judge.baseline, opts.source.decompositions))
     check_junit(opts.output.junit)
-    config = load_config(opts.judge.config)
-    return Plan(rows, config, parse_budget_flags(opts.judge.budgets), read_baseline(opts.judge.baseline, config),
+    config, flags = load_config(opts.judge.config), parse_budget_flags(opts.judge.budgets)
+    for target, variant in rows:  # a budget that gates nothing is exit 2 before any work
+        budget_for(target.name, variant, config, flags, generative=generation is not None)
+    return Plan(rows, config, flags, read_baseline(opts.judge.baseline, config),
                 load_user_decompositions(opts.source.decompositions), generation, fallback,
                 get_task("text-generation" if generation else "forward"), generation.skipped if generation else [])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def assemble(spec: str, rows: list[dict], session, task, timings: dict | None, threads, baseline=None,
-             program: dict | None = None, params: int | None = None) -> dict:
+             program: dict | None = None, params: int | None = None, config: dict | None = None) -> dict:
     from edgeport.validate.environment import environment
     from edgeport.validate.report import build_report, finish_report
 
@@ -17,7 +17,7 @@ def assemble(spec: str, rows: list[dict], session, task, timings: dict | None, t
     if session is not None and task.report_block is not None:
         report[task.block_key] = task.report_block(session)
     report["sections"] = tables(report, task.sections)
-    return finish_report(report, baseline)
+    return finish_report(report, baseline, config)
 
 
 def tables(report: dict, task_sections=None) -> list[dict]:

@@ -97,7 +97,8 @@ def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timi
 
     rows = [{**failed_row(t.name, v, error), "required": is_required(t.name, v, the_plan.config)}
             for t, v in the_plan.rows]
-    report = assemble(opts.source.model, rows, None, the_plan.task, timings, opts.judge.threads, the_plan.baseline)
+    report = assemble(opts.source.model, rows, None, the_plan.task, timings, opts.judge.threads, the_plan.baseline,
+                      config=the_plan.config)
     return write_outputs(staging, report, None, opts.output.junit)
 
 
@@ -106,7 +107,7 @@ def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prep
 
     task = the_plan.task
     report = assemble(opts.source.model, rows, prepared.session, task, prepared.timings, opts.judge.threads,
-                      the_plan.baseline, program=dict(prepared.program))
+                      the_plan.baseline, program=dict(prepared.program), config=the_plan.config)
     return write_outputs(staging, report, task.manifest(opts.source.model, prepared, rows, staging), opts.output.junit)
 
 
@@ -142,7 +143,7 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
     task, rows = the_plan.task, []
     for target, variant in the_plan.rows:
         progress(f"{target.name} {variant}" + ("" if task.name == "forward" else f" ({task.name})"))
-        budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags)
+        budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, task.name != "forward")
         required = is_required(target.name, variant, the_plan.config)
         rows.append(run_row(target, variant, session, staging, budget, required, task).to_json())
     for target, variant, why in the_plan.skipped:

@@ -163,7 +163,7 @@ def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path 
     specs = []
     for index, ((target, variant), row_plan) in enumerate(zip(the_plan.rows, plans)):
         spec = row_spec(shared, target.name, variant, budget_for(target.name, variant, the_plan.config,
-                        the_plan.budget_flags), is_required(target.name, variant, the_plan.config),
+                        the_plan.budget_flags, the_plan.task.name != "forward"), is_required(target.name, variant, the_plan.config),
                         work / str(index), log, index)
         specs += [{**s, "cost": target.relative_cost} for s in expand(spec, row_plan)]
     return sorted(specs, key=lambda s: ("piece" not in s, -s["cost"]))
@@ -217,7 +217,7 @@ def restore_session(spec: dict):
     from edgeport.quantize.policy import FallbackPolicy
     from edgeport.core.eager import to_torch
 
-    program = load_program(Path(spec["program"]), spec["trust_pickle"])
+    program = load_program(Path(spec["program"]), spec["trust_pickle"], spec)
     info = lambda d: TensorInfo(d["name"], tuple(d["shape"]), d["dtype"])  # noqa: E731
     signature = Signature(tuple(map(info, spec["signature"]["inputs"])), tuple(map(info, spec["signature"]["outputs"])))
     groups = read_inputs(Path(spec["inputs"]), spec["counts"])
@@ -251,14 +251,20 @@ def open_cache(settings: dict):
     return Cache(settings.get("root"))
 
 
-def load_program(path: Path, trust_pickle: bool):
+def load_program(path: Path, trust_pickle: bool, spec: dict | None = None):
+    """edgeport's own copy of the program; from a file source it is checked again like any loaded .pt2
+    (a Python source's custom ops are the user's own)."""
+    from edgeport.sources.program_policy import user_namespaces
     from edgeport.sources.pt2_archive import load_exported_program
 
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key not in _PROGRAMS:
         _PROGRAMS.clear()
-        _PROGRAMS[key] = load_exported_program(path, trust_pickle=trust_pickle)
+        source = (spec or {}).get("source") or {}
+        from_file = str(source.get("model", "")).endswith(".pt2")
+        namespaces = user_namespaces((spec or {}).get("decompositions")) if from_file else ()
+        _PROGRAMS[key] = load_exported_program(path, trust_pickle, namespaces, check_ops=from_file)
     return _PROGRAMS[key]
 
 

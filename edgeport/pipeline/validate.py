@@ -41,13 +41,13 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
     with redirected(directory / RUN_LOG):
         session, program = task.reference_from(directory, judge, trust_pickle, progress)
         rows = []
-        budget = lambda r: budget_for(r.target, r.variant, config, flags)  # noqa: E731
+        budget = lambda r: budget_for(r.target, r.variant, config, flags, task.name != "forward")  # noqa: E731
         for row in old["targets"]:
             progress(f"{row['target']} {row['variant']}" + ("" if task.name == "forward" else f" ({task.name})"))
             rows.append({**rejudge(row, task, session, directory, budget),
                          "required": is_required(row["target"], row["variant"], config)})
         report = assemble(old["model"]["spec"], rows, session, task, None, judge.threads, baseline,
-                          program=program, params=old["model"].get("params"))
+                          program=program, params=old["model"].get("params"), config=config)
         report["validated"] = {**stamp(), "threads": judge.threads, "samples": samples_of(session)}
         report = write_outputs(directory, report, None, junit)
     return Result(report, directory, 0 if report["passed"] else 1)

@@ -25,7 +25,7 @@ def load_model(options: SourceOptions) -> LoadedModel:
     if spec.endswith(".pt2"):
         from edgeport.sources.pt2 import load_program
 
-        return load_program(spec, inputs, options.trust_pickle)
+        return load_program(spec, inputs, options.trust_pickle, options.decompositions)
     if ":" not in spec:
         raise UsageError(f"bad MODEL {spec!r}: expected file.py:callable, package.module:callable, model.pt2 or hf:<dir>")
     from edgeport.sources.pyfile import call_factory

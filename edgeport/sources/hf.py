@@ -32,11 +32,16 @@ def load_config(where: str, trust_remote_code: bool):
     except ImportError as exc:
         raise UsageError("hf: models need transformers: pip install 'edgeport[hf]'") from exc
     try:
-        return transformers.AutoConfig.from_pretrained(where, local_files_only=True, trust_remote_code=trust_remote_code)
+        config = transformers.AutoConfig.from_pretrained(where, local_files_only=True, trust_remote_code=trust_remote_code)
     except Exception as exc:
         kind = "directory" if Path(where).is_dir() else "hub id (looked only in the local cache; no network)"
         hint = " (it needs its own code: pass --trust-remote-code to allow it)" if _wants_remote_code(exc) else ""
         raise UsageError(f"cannot load Hugging Face config from {kind} {where!r}: {first_line(exc)}{hint}") from exc
+    auto_map = getattr(config, "auto_map", None)
+    if auto_map and not trust_remote_code:  # even with a built-in model_type: the repository asks for its code
+        raise UsageError(f"{where!r}: its config names the repository's own code (auto_map: "
+                         f"{', '.join(sorted(map(str, auto_map)))[:200]}); pass --trust-remote-code to allow it")
+    return config
 
 
 def _wants_remote_code(exc: BaseException) -> bool:

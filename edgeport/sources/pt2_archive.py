@@ -41,16 +41,28 @@ class _Refused(Exception):
     catches RuntimeError and retries with its older, pickle-based loader."""
 
 
-def load_exported_program(path: Path, trust_pickle: bool = False):
+def load_exported_program(path: Path, trust_pickle: bool = False, namespaces=(), check_ops: bool = True):
     """The ExportedProgram in ``path``, loaded only after :func:`inspect_pt2` and under the guard (unless
-    trusted). Every failure is a one-line UsageError."""
-    import torch
+    trusted), and (``check_ops``) only if every node passes :func:`edgeport.sources.program_policy.check_program`
+    (``namespaces``: those named with ``--decompositions``). Every failure is a one-line UsageError."""
+    from edgeport.sources.program_policy import check_program
 
     path = Path(path)
+    program = _load(path, trust_pickle)
+    if check_ops:  # --trust-pickle trusts unpickling, not what the graph does: checked either way
+        check_program(program, str(path), namespaces)
+    return program
+
+
+def _load(path: Path, trust_pickle: bool):
+    import torch
+
     inspect_pt2(path, trust_pickle)
     try:
         with contextlib.nullcontext() if trust_pickle else _no_unpickling():
             return torch.export.load(path)
+    except UsageError:
+        raise
     except _Refused as exc:
         raise UsageError(f"{path}: {exc}, which can run code; refusing to load it ({TRUST_HINT})") from None
     except Exception as exc:
@@ -167,6 +179,7 @@ def _not_weights_only(reader: _Reader, name: str, what: str) -> list[str]:
     data = reader.read(name)
     if not data:
         return []
+    _check_nested_zip(reader.path, name, data)
     try:
         torch.load(io.BytesIO(data), weights_only=True)
     except Exception as exc:
@@ -174,6 +187,23 @@ def _not_weights_only(reader: _Reader, name: str, what: str) -> list[str]:
         return [f"{name} ({what} that torch's weights-only loader refuses: {reason[-1] if reason else type(exc).__name__}; "
                 "torch would then unpickle it with weights_only=False)"]
     return []
+
+
+def _check_nested_zip(path: Path, name: str, data: bytes) -> None:
+    """An entry torch reads as a zip of its own (``torch.save``'s format) is bounded like the archive: a
+    bomb nested one level down would pass the outer size check and cost gigabytes of memory when read."""
+    try:
+        inner = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError):
+        return  # not a zip: torch's own reader refuses it
+    with inner:
+        declared = sum(i.file_size for i in inner.infolist())
+        nested = [i.filename for i in inner.infolist() if i.filename.lower().endswith((".zip", ".pt", ".pt2"))]
+    if declared > MAX_EXPANSION * len(data) + SLACK_BYTES:
+        raise UsageError(f"{path}: entry {name} declares {declared} bytes uncompressed from {len(data)} bytes "
+                         "(a zip bomb nested in the archive?); refusing to read it")
+    if nested:
+        raise UsageError(f"{path}: entry {name} holds another archive ({nested[0]}); not a torch.export archive")
 
 
 @contextlib.contextmanager

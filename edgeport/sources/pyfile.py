@@ -31,7 +31,7 @@ def call_factory(spec: str, inputs: list[InputSpec]) -> LoadedModel:
         raise UsageError(f"{where}:{attr} is not callable")
     try:
         made = factory()
-    except Exception as exc:  # the user's code: any failure is bad input, reported in one line
+    except (Exception, SystemExit) as exc:  # the user's code: any failure is bad input, reported in one line
         raise UsageError(f"calling {attr}() from {where} raised {first_line(exc)}") from exc
     from edgeport.sources.flat_io import from_factory_result
 

@@ -87,6 +87,8 @@ def parse_input_spec(text: str) -> InputSpec:
     if dtype is None:
         raise UsageError(f"unknown dtype {dtype_text!r} in --input {text!r}; known: {', '.join(sorted(set(DTYPES.values())))}")
     shape = tuple(int(s) for s in shape_text.split("x"))
+    if 0 in shape:  # an empty tensor has nothing to convert or compare: a typo, not a model input
+        raise UsageError(f"bad shape {shape_text!r} in --input {text!r}: every size must be at least 1")
     numel = 1
     for size in shape:
         numel *= size

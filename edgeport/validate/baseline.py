@@ -16,6 +16,10 @@ from pathlib import Path
 from edgeport.errors import UsageError
 
 KNOWN_SCHEMAS = ("edgeport.report/1",)
+# A report has one row per target x variant: a few dozen. Far more (or a file far larger than such a report)
+# is a crafted file that would cost minutes and gigabytes to render, so it is refused before it is parsed.
+MAX_ROWS = 1000
+MAX_REPORT_BYTES = 64 << 20
 
 
 def load_baseline(path: Path) -> dict:
@@ -25,6 +29,9 @@ def load_baseline(path: Path) -> dict:
         path = path / "report.json"
     if not path.is_file():
         raise UsageError(f"--baseline not found: {path}")
+    if path.stat().st_size > MAX_REPORT_BYTES:
+        raise UsageError(f"--baseline {path} is {path.stat().st_size} bytes, more than any report "
+                         f"({MAX_REPORT_BYTES >> 20} MiB); refusing to read it")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # (nesting deeper than Python's stack)
@@ -34,10 +41,16 @@ def load_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline {path}: unknown report schema {schema!r} (this edgeport reads {', '.join(KNOWN_SCHEMAS)})")
     if not isinstance(data.get("targets"), list):
         raise UsageError(f"--baseline {path}: no 'targets' list")
+    if len(data["targets"]) > MAX_ROWS:
+        raise UsageError(f"--baseline {path}: {len(data['targets'])} rows, more than {MAX_ROWS}; not a report")
+    seen = set()
     for index, row in enumerate(data["targets"]):
         problem = row_problem(row)
         if problem:
             raise UsageError(f"--baseline {path}: row {index} {problem}")
+        if (row["target"], row["variant"]) in seen:
+            raise UsageError(f"--baseline {path}: row {index} repeats {row['target']}[{row['variant']}]")
+        seen.add((row["target"], row["variant"]))
     if not isinstance(data.get("model"), dict):
         raise UsageError(f"--baseline {path}: no 'model' object")
     return data
@@ -83,6 +96,7 @@ def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True)
     found = []
     if row.get("status") == "failed":
         found.append(f"was ok, now failed: {row.get('error')}")
+    found += _budget_loosened(row, old)
     new_err = _number((row.get("parity") or {}).get("max_rel_err"))
     old_err = _number((old.get("parity") or {}).get("max_rel_err"))
     if new_err is not None and old_err is not None and new_err > t["error_floor"] and (
@@ -95,6 +109,18 @@ def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True)
     if row.get("size_bytes") and old.get("size_bytes") and row["size_bytes"] > old["size_bytes"] * t["size_factor"]:
         found.append(f"bigger: {old['size_bytes']} -> {row['size_bytes']} bytes (> x{t['size_factor']:g})")
     return found
+
+
+def _budget_loosened(row: dict, old: dict) -> list[str]:
+    """A budget looser than the baseline's (or than the default, when the baseline row kept none) is a
+    regression of its own: a pull request must not make CI green by moving the bar."""
+    from edgeport.validate.budget_audit import loosened, row_default
+
+    new_budget, old_budget = (row.get("parity") or {}).get("budget"), (old.get("parity") or {}).get("budget")
+    if not isinstance(new_budget, dict):
+        return []
+    reference = old_budget if isinstance(old_budget, dict) else row_default(row)
+    return loosened(new_budget, reference) if isinstance(reference, dict) else []
 
 
 def comparability(report: dict, baseline: dict) -> tuple[bool, list[str]]:

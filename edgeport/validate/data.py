@@ -114,11 +114,18 @@ def read_data(path_text: str, signature, flag: str = "--data") -> DataSet:
             found, count = _samples_from_file(file, signature, flag, MAX_DATA_SAMPLES - len(samples))
             samples += found
             available += count
-        return DataSet(samples, "directory", available, flag)
+        return _some(DataSet(samples, "directory", available, flag), path_text)
     if not path.is_file():
         raise UsageError(f"{flag} not found: {path_text}")
     samples, available = _samples_from_file(path, signature, flag, MAX_DATA_SAMPLES)
-    return DataSet(samples, path.suffix.lstrip(".") or "file", available, flag)
+    return _some(DataSet(samples, path.suffix.lstrip(".") or "file", available, flag), path_text)
+
+
+def _some(data: DataSet, path_text: str) -> DataSet:
+    """Real data that holds no sample judges nothing with it: bad input, not a quiet "0 real"."""
+    if not data.samples:
+        raise UsageError(f"{data.flag} {path_text} holds no samples")
+    return data
 
 
 def _samples_from_callable(where: str, attr: str, signature, flag: str) -> tuple[list[list[np.ndarray]], bool]:
@@ -135,7 +142,7 @@ def _samples_from_callable(where: str, attr: str, signature, flag: str) -> tuple
             items.append(item)
             if len(items) > MAX_DATA_SAMPLES:  # one past the cap: we know there are more without reading them
                 break
-    except Exception as exc:  # the user's code: a failure is bad input, reported in one line
+    except (Exception, SystemExit) as exc:  # the user's code: a failure is bad input, reported in one line
         raise UsageError(f"{flag} {label}: calling {attr}() raised {first_line(exc)}") from exc
     if not items:
         raise UsageError(f"{flag} {label}: {attr}() yielded no samples")
@@ -270,11 +277,14 @@ def _checked(sample: list[np.ndarray], signature, label: str, flag: str) -> list
 
 def _ordered_keys(files: list[str], signature, path: Path, flag: str) -> list[str]:
     names = [i.name for i in signature.inputs]
-    if all(n in files for n in names):
-        return names
     positional = [f"arr_{i}" for i in range(len(names))]
-    if all(n in files for n in positional):
-        return positional
+    for keys in (names, positional):
+        if all(n in files for n in keys):
+            unknown = [f for f in files if f not in keys]
+            if unknown:  # a typo'd key would be silently left out of what the run judges
+                raise UsageError(f"{flag} {path.name}: array {unknown[0]!r} is no input of the model "
+                                 f"(inputs: {', '.join(keys)})")
+            return keys
     missing = [n for n in names if n not in files]
     raise UsageError(f"{flag} {path.name}: no array for input {missing[0]!r}: arrays {files} match neither input names {names} nor arr_0..arr_{len(names) - 1}")
 

@@ -77,15 +77,18 @@ def messages(report: dict) -> list[tuple[str, str]]:
 
 
 def environment_lines(report: dict) -> list[str]:
-    """Where the numbers were measured: latency across CPUs is not a property of the model."""
+    """Where the numbers were measured (latency across CPUs is not a property of the model), and what they
+    were judged by: the config files read and every budget that differs from the default."""
+    from edgeport.validate.budget_audit import audit_lines
+
     env = report.get("environment")
     if not env:
-        return []
+        return audit_lines(report)
     cpu = env.get("cpu") or {}
     packages = ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items())
     return [f"Measured on: {cpu.get('model') or '?'} ({cpu.get('cores') or '?'} cores; ISA: "
             f"{', '.join(cpu.get('isa') or []) or '?'}); {env.get('os')}; Python {env.get('python')}; "
-            f"threads {env.get('threads')}", f"Packages: {packages}"]
+            f"threads {env.get('threads')}", f"Packages: {packages}", *audit_lines(report)]
 
 
 def render_markdown(report: dict) -> str:
@@ -160,8 +163,18 @@ def render_junit(report: dict) -> str:
     bad = lambda r: r["status"] != "ok" or r.get("regressions")  # noqa: E731
     failing = [r for r in cases if r.get("required", True) and bad(r)]
     optional_bad = [r for r in cases if r.get("required") is False and bad(r)]
-    suite = ET.Element("testsuite", name="edgeport", tests=str(len(cases)), failures=str(len(failing)),
-                       skipped=str(len(optional_bad)))
+    from edgeport.validate.budget_audit import audit_lines
+
+    proved_nothing = not failing and not any(r["status"] == "ok" for r in cases)  # no row passed: no pass
+    suite = ET.Element("testsuite", name="edgeport", tests=str(len(cases) + proved_nothing),
+                       failures=str(len(failing) + proved_nothing), skipped=str(len(optional_bad)))
+    properties = ET.SubElement(suite, "properties")
+    for i, line in enumerate(audit_lines(report)):
+        ET.SubElement(properties, "property", name=f"edgeport.config.{i}", value=xml_text(line))
+    if proved_nothing:
+        text = "no row passed: a run that proved nothing is not a pass"
+        ET.SubElement(ET.SubElement(suite, "testcase", classname="edgeport", name="verdict"), "failure",
+                      message=text).text = text
     for r in cases:
         case = ET.SubElement(suite, "testcase", classname=xml_text(f"edgeport.{r['target']}"),
                              name=xml_text(f"{r['target']}[{r['variant']}]"), time=str(r.get("convert_seconds") or 0))

@@ -33,10 +33,16 @@ def build_report(spec: str, params: int | None, rows: list[dict], reference_late
     return report
 
 
-def finish_report(report: dict, baseline=None) -> dict:
-    """Apply the baseline (if any) and set the verdict: the one place ``passed`` is decided."""
+def finish_report(report: dict, baseline=None, config: dict | None = None) -> dict:
+    """Apply the baseline (if any) and set the verdict: the one place ``passed`` is decided. ``config``
+    (as loaded): the report names the files it came from and every budget that differs from the default."""
+    from edgeport.config import FILES_KEY
     from edgeport.validate.baseline import apply_baseline
+    from edgeport.validate.budget_audit import audit
 
+    if config is not None:
+        report["config"] = {"files": list(config.get(FILES_KEY, []))}
+    report["config"] = audit(report)
     if baseline is not None:
         apply_baseline(report, baseline.report, baseline.thresholds, baseline.source)
     report["passed"] = verdict(report)
@@ -44,9 +50,12 @@ def finish_report(report: dict, baseline=None) -> dict:
 
 
 def verdict(report: dict) -> bool:
-    """The gate: every required row ok (optional rows may fail) and no regression against a baseline."""
-    rows = report["targets"]
-    rows_ok = bool(rows) and all(r["status"] == "ok" for r in rows if r.get("required", True))
+    """The gate, always recomputed from the rows (a stored ``passed`` is never trusted): every required row
+    ok (optional rows may fail), at least one row ok (a run that proved nothing is no pass), and no
+    regression against a baseline."""
+    rows = [r for r in report.get("targets") or [] if isinstance(r, dict)]
+    rows_ok = any(r.get("status") == "ok" for r in rows) and \
+        all(r.get("status") == "ok" for r in rows if r.get("required", True) is not False)
     return rows_ok and not (report.get("baseline") or {}).get("regressions")
 
 

@@ -41,6 +41,11 @@ GENERATIONS: dict[str, Generation] = {
     "v6e": Generation(32 * GIB, 918e12, 1640e9, dims=2),
     "tpu7x": Generation(192 * GIB, 2307e12, 7380e9, dims=3, devices_per_chip=2),
 }
+# What a generation's slices can be (Google Cloud TPU documentation, "TPU versions" / "topologies"): the 2D
+# generations offer fixed slice shapes up to 16x16 (256 chips); the 3D ones cube-built slices up to their
+# pod size. libtpu aborts the whole process (SIGABRT) on a topology outside these, so they are checked here.
+SLICE_SHAPES_2D = {(1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)}
+MAX_CHIPS_3D = {"v4": 4096, "v5p": 8960, "tpu7x": 9216}
 DEFAULT_TOPOLOGIES = ("v5e:1x1", "v5e:2x2", "v6e:1x1")
 TOPOLOGY_EXAMPLES = "v5e:1x1, v5e:2x2, v6e:1x1, v6e:2x4, v4:2x2x1, v5p:2x2x1, tpu7x:2x2x1"
 
@@ -69,7 +74,20 @@ def parse_topology(text: str) -> Topology:
     shape = tuple(int(d) for d in match.group(2).split("x"))
     if len(shape) != GENERATIONS[match.group(1)].dims or min(shape) < 1:
         raise UsageError(bad)
+    check_slice(text, match.group(1), shape)
     return Topology(f"{match.group(1)}:{match.group(2)}", match.group(1), shape)
+
+
+def check_slice(text: str, generation: str, shape: tuple[int, ...]) -> None:
+    """A shape the generation does not build is exit 2 naming its real limits (libtpu would abort)."""
+    if len(shape) == 2 and shape not in SLICE_SHAPES_2D:
+        shapes = ", ".join("x".join(map(str, s)) for s in sorted(SLICE_SHAPES_2D))
+        raise UsageError(f"--tpu-topology {text!r}: {generation} has no such slice; its slices are {shapes}")
+    chips, limit = 1, MAX_CHIPS_3D.get(generation)
+    for size in shape:
+        chips *= size
+    if len(shape) == 3 and limit is not None and chips > limit:
+        raise UsageError(f"--tpu-topology {text!r}: {chips} chips, but a {generation} slice has at most {limit}")
 
 
 def topologies_of(options: dict) -> list[Topology]:

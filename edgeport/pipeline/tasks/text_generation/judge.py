@@ -28,6 +28,8 @@ def generation_budget(budget: dict, variant: str) -> dict:
     """The row's budget with the token agreement default for its variant (a configured value wins)."""
     out = dict(budget)
     out.setdefault("token_agreement_min", TOKEN_AGREEMENT_DEFAULT.get(variant, TOKEN_AGREEMENT_REDUCED))
+    if isinstance(out.get("builtin"), dict):
+        out["builtin"] = generation_budget(out["builtin"], variant)
     return out
 
 
