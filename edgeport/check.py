@@ -17,10 +17,11 @@ class Finding:
     count: int
     why: str
     fixed_by: list[str]
+    slow_only: bool = False    # converts, but off the target's fast path (Target.slow_ops): advice, not a refusal
 
     @property
     def fixed(self) -> bool:
-        return bool(self.fixed_by)
+        return bool(self.fixed_by) or self.slow_only
 
 
 def check(source, targets: list[str]) -> tuple[list[Finding], list[str]]:
@@ -43,16 +44,18 @@ def check(source, targets: list[str]) -> tuple[list[Finding], list[str]]:
 def check_target(target, program, example, decompositions: dict) -> list[Finding]:
     from edgeport.targets.rewrites import RewriteFailed, apply_rewrites, refused_ops
 
+    slow = [Finding(target.name, op, count, why, [], slow_only=True)
+            for op, (count, why) in (target.slow_ops(program) if target.slow_ops else {}).items()]
     before = refused_ops(program, target.refuses)
     if not before:
-        return []
+        return slow
     try:
         rewritten = apply_rewrites(program, example, target.rewrites, decompositions)
         after, applied = refused_ops(rewritten.program, target.refuses), rewritten.applied
     except RewriteFailed:
         after, applied = before, []
     return [Finding(target.name, op, count, why, [] if op in after else _fixers(op, applied))
-            for op, (count, why) in before.items()]
+            for op, (count, why) in before.items()] + slow
 
 
 def _fixers(op: str, applied: list[str]) -> list[str]:

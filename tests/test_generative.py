@@ -17,8 +17,9 @@ import pytest
 
 import tiny_lm
 from conftest import read_report, run_cli
+from edgeport.targets import registry
 
-TARGETS = ("litert", "onnx", "tpu")
+TARGETS = tuple(t.name for t in registry.all_targets() if t.generative)  # every target that declares support
 LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
 GEN_ARGS = ("--prefill-len", "4", "--prefill-len", "8", "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
             "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1")

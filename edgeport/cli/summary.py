@@ -73,7 +73,7 @@ def print_findings(findings, module_rewrites: list[str], targets: list[str]) -> 
     if module_rewrites:
         typer.echo(f"module rewrites (every target): {', '.join(module_rewrites)}")
     for f in findings:
-        fix = f"fixed by {', '.join(f.fixed_by)}" if f.fixed else "NOT FIXED"
+        fix = "slower path" if f.slow_only else f"fixed by {', '.join(f.fixed_by)}" if f.fixed else "NOT FIXED"
         typer.echo(printable(f"{f.target}: {f.op} x{f.count}: {fix} (raw: {f.why})"))
         if not f.fixed and "::" in f.op:
             typer.echo(f"  register a decomposition: --decompositions my_decomps.py defining "

@@ -163,6 +163,9 @@ class Target:
     # ops the raw converter/runtime is known to refuse: (op, the error it gives), read by `edgeport check`;
     # custom ops and bf16/fp16 weights are checked for every target
     refuses: tuple[tuple[str, str], ...] = ()
+    # ops that convert but will run off the target's fast path, for `edgeport check` (listed, never failing it):
+    # slow_ops(program) -> {op: (count, why)}; may be slow itself (it may run the target's partitioner)
+    slow_ops: Callable[[Any], dict[str, tuple[int, str]]] | None = None
     options: tuple[TargetOption, ...] = ()
     # thread_sweep=False: the runtime ignores the thread count (XLA CPU sizes its own pool)
     thread_sweep: bool = True

@@ -1,0 +1,31 @@
+"""The exported program -> ``DIR/executorch/model_<variant>.pte``: fp32 lowered as it is, int8 through
+PT2E first (:mod:`.quantize`); the row's ``delegation`` block says what XNNPACK took (:mod:`.delegation`)."""
+
+from __future__ import annotations
+
+from edgeport.targets.executorch._base import ConvertJob, Converted, ReportSection
+from edgeport.targets.executorch.delegation import summary
+from edgeport.targets.executorch.lower import lower, save
+from edgeport.targets.executorch.quantize import quantized_program
+
+
+def convert(job: ConvertJob) -> Converted:
+    program = quantized_program(job) if job.variant == "int8" else job.program
+    path = job.out_dir / f"model_{job.variant}.pte"
+    edge = lower({"forward": program})
+    details = {"delegation": summary(edge)}
+    save(edge, path)
+    return Converted(path, details)
+
+
+def report_sections(row: dict) -> list[ReportSection]:
+    """One table for every ExecuTorch row: how much of the model XNNPACK runs, and what it leaves."""
+    block = row.get("delegation")
+    if not block:
+        return []
+    share = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    left = ", ".join(f"{op} x{n}" for op, n in block["portable_ops"].items()) or "none"
+    return [ReportSection("executorch-delegation", "ExecuTorch delegation (XNNPACK vs portable kernels)",
+                          ("variant", "nodes delegated", "FLOPs delegated", "partitions", "ops on portable kernels"),
+                          [[row.get("variant", "?"), f"{block['nodes_delegated']}/{block['nodes']} ({share(block['node_share'])})",
+                            share(block["flops_share"]), str(block["partitions"]), left]])]

@@ -1,0 +1,87 @@
+"""Programs -> one ``.pte``: ``to_edge_transform_and_lower`` with the XNNPACK partitioner, then
+``to_executorch``. One method per program (``forward``; or ``prefill_<L>`` and ``decode``), weights
+stored once.
+
+A ``.pte`` keeps no tensor names, only positions, so each artifact carries its own I/O names as a constant
+method (``edgeport_io``, a JSON string): the runner feeds and returns tensors by those names, and an app can
+ask the file itself. Both steps run under ``no_grad``: ExecuTorch's write-back of a mutated input (the KV
+cache a prefill or decode program updates in place) is an in-place copy that autograd refuses on a leaf
+that requires grad.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+IO_METHOD = "edgeport_io"
+
+
+def io_names(program) -> dict:
+    """``{"inputs": [...], "outputs": [...]}``: the program's user input names (kwarg names for the flat
+    generative programs) and output names (a dict output's keys, else ``output_<i>``)."""
+    from torch.export.graph_signature import OutputKind
+
+    spec = program.call_spec.out_spec
+    users = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    outputs = list(spec.context) if spec is not None and spec.type is dict else [f"output_{i}" for i in range(len(users))]
+    return {"inputs": list(program.graph_signature.user_inputs), "outputs": outputs}
+
+
+@contextlib.contextmanager
+def cpu_tracing():
+    """XNNPACK's passes trace pattern graphs with dynamo, which asks ``torch.accelerator`` for the current
+    stream whenever it says an accelerator is available. A library that registers a device module for
+    PyTorch's PrivateUse1 slot without PyTorch support behind it (torchax registers ``jax`` when imported,
+    e.g. by another target converted earlier in this process) makes that question fail, and with it every
+    lowering ("PyTorch is not linked with support for jax devices"). Lowering is CPU work: while it runs, an
+    accelerator that cannot answer counts as absent."""
+    import torch
+
+    broken = False
+    if torch.accelerator.is_available():
+        try:
+            torch.accelerator.current_stream()
+        except RuntimeError:
+            broken = True
+    if not broken:
+        yield
+        return
+    saved = torch.accelerator.is_available
+    torch.accelerator.is_available = lambda: False
+    try:
+        yield
+    finally:
+        torch.accelerator.is_available = saved
+
+
+def edge_program(programs: dict, io: dict | None = None):
+    """The EdgeProgramManager of ``programs`` (method name -> ExportedProgram) lowered to XNNPACK, with the
+    I/O names as a constant method when given."""
+    import warnings
+
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    constants = {IO_METHOD: json.dumps(io)} if io is not None else None
+    with torch.no_grad(), warnings.catch_warnings(), cpu_tracing():
+        warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
+        return to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], constant_methods=constants)
+
+
+def lower(programs: dict):
+    """``programs`` lowered to XNNPACK, each carrying its I/O names (see the module docstring)."""
+    return edge_program(programs, {name: io_names(program) for name, program in programs.items()})
+
+
+def save(edge, path: Path) -> None:
+    """``to_executorch`` and the ``.pte`` bytes written to ``path``."""
+    import warnings
+
+    import torch
+
+    with torch.no_grad(), warnings.catch_warnings(), cpu_tracing():
+        warnings.simplefilter("ignore")
+        path.write_bytes(edge.to_executorch().buffer)

@@ -1,0 +1,99 @@
+"""ExecuTorch int8: PT2E with ExecuTorch's XNNPACK quantizer, calibrated on the calibration samples, then
+lowered like fp32 (XNNPACK takes the quantize/dequantize pairs around each op and runs int8 kernels).
+
+Layers kept float (``--fallback float``, ``job.float_layers``) are kept out through the
+quantizer's node filter (``set_filter_function``) on the program's own node names — the ids
+:mod:`edgeport.quantize.layers` gives every target — with the ops fused into a layer (its ReLU, its folded
+batch norm) following it, so a float layer stays float whole and XNNPACK runs it in fp32.
+
+The fallback search's candidates run the PT2E-converted module in PyTorch (quantize/dequantize in float):
+a simulation of the artifact (XNNPACK's int8 kernels round the same way within a few ulps) that skips a
+lowering per candidate; the search's answer is then built and judged as the real ``.pte``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from edgeport.targets.executorch._base import EagerRunner, QuantLayer, capture_mode, fx_layers, owners, to_torch
+from edgeport.targets.executorch.lower import cpu_tracing
+
+# the ops XNNPACK's quantizer annotates that carry a weight: what a user would keep float
+LAYER_OPS = ("linear", "addmm", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "convolution")
+SCHEMES = {"int8": "static int8 (PT2E, XNNPACK quantizer: per-channel symmetric int8 weights, calibrated int8 "
+                   "activations)"}
+
+
+def layers(program, variant: str) -> list[QuantLayer]:
+    return fx_layers(program, LAYER_OPS)
+
+
+def float_filter(program, float_layers: Sequence[str]) -> Callable | None:
+    """Quantizer node filter keeping ``float_layers`` (and the ops fused into them) float; None = all int8."""
+    wanted = set(float_layers or ())
+    if not wanted:
+        return None
+    owner = owners(program, sorted(wanted))
+    return lambda node: owner.get(node.name) not in wanted
+
+
+def only_filter(program, layer: str) -> Callable:
+    """Quantizer node filter quantizing ``layer`` (and what fuses into it) and nothing else."""
+    owner = owners(program, [layer])
+    return lambda node: owner.get(node.name) == layer
+
+
+def quantized_module(job, keep: Callable | None = None):
+    """The PT2E-converted module (quantize/dequantize around every annotated op) after calibrating on the
+    calibration samples; ``keep`` filters the nodes the quantizer may annotate."""
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    if keep is not None:
+        quantizer.set_filter_function(keep)
+    module = job.program.module()
+    dtypes = [i.dtype for i in job.signature.inputs]
+    with capture_mode(), cpu_tracing():
+        prepared = prepare_pt2e(module, quantizer)
+        with torch.no_grad():
+            for sample in job.calibration_samples():
+                prepared(*[to_torch(a, d) for a, d in zip(sample, dtypes)])
+        return convert_pt2e(prepared)
+
+
+def quantized_program(job):
+    """The int8 program ``convert`` lowers: the converted module exported again."""
+    import torch
+
+    if not job.calibration_is_real:
+        job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
+    module = quantized_module(job, float_filter(job.program, job.float_layers))
+    with capture_mode():
+        return torch.export.export(module, tuple(job.example_inputs), strict=False)
+
+
+class Pt2eSimulation:
+    """The fallback search's candidates: each one's PT2E-converted module run in PyTorch (see the module
+    docstring); calibrated per candidate, since the annotated nodes (and so the observers) differ."""
+
+    measured = "simulation"
+
+    def __init__(self, job):
+        self.job = job
+        self.layers = layers(job.program, job.variant)
+
+    def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
+        program = self.job.program
+        keep = only_filter(program, only) if only is not None else float_filter(program, float_layers)
+        runner = EagerRunner(quantized_module(self.job, keep), [i.dtype for i in self.job.signature.inputs], 1)
+        return [runner.run(sample) for sample in samples]
+
+    def close(self) -> None:
+        """Nothing to release: candidates are modules, not files."""
+
+
+def prepare(job) -> Pt2eSimulation:
+    return Pt2eSimulation(job)
