@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.export import litert_quant
+from edgeport.export import litert_quant, litert_share
 from edgeport.export.registry import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.runtimes.litert import CompiledModelRunner, LiteRTRunner
 
@@ -76,6 +76,7 @@ TARGET = Target(
     generative="edgeport.export.litert_gen",
     float_fallback=FallbackSupport(litert_quant.SCHEMES, litert_quant.layers, litert_quant.prepare),
     calibrated_variants=("int8",),
+    read_quantization=litert_share.read,
     relative_cost=2.0,
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edgeport.diagnostics import histogram, summary
 from edgeport.errors import UsageError
-from edgeport.export import onnx_quant
+from edgeport.export import onnx_quant, onnx_share
 from edgeport.export.onnx_quant import exclusions
 from edgeport.export.registry import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.runtimes.onnxruntime import OnnxRunner
@@ -212,6 +212,7 @@ TARGET = Target(
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),),
     calibrated_variants=("int8",),
+    read_quantization=onnx_share.read,
     dynamic_dims=True,
     float_fallback=FallbackSupport(onnx_quant.SCHEMES, onnx_quant.layers, prepare_fallback),
     rewrites=("upcast_fp32", "inline_custom_ops"),

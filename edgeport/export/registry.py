@@ -188,6 +188,8 @@ class Target:
     # how long a conversion usually takes relative to others (scheduling only: longest tasks start first)
     relative_cost: float = 1.0
     merge_pieces: Callable[[Path, str, dict, list[dict]], dict] | None = None
+    # artifact -> edgeport.quantize.artifact_share.ArtifactQuantization: what a non-fp32 artifact really quantizes
+    read_quantization: Callable[[Path], Any] | None = None
 
     def __post_init__(self):
         from edgeport.export.rewrites import check_known

@@ -14,6 +14,7 @@ from pathlib import Path
 from edgeport.diagnostics import first_line
 from edgeport.pipeline.proc import redirected
 from edgeport.pipeline.session import Session
+from edgeport.quantize import artifact_share
 
 OMIT_WHEN_NONE = ("diverged_at", "runner_choice", "parity_sample", "sha256", "check_seconds")
 
@@ -112,6 +113,7 @@ def run_row(target, variant: str, session: Session, staging: Path, budget: dict,
         if not reused_verdict(row, key, session, budget):
             row.apply(judge_artifact(target, converted.artifact, session, budget))
             explained = quantization_explains(row, target, job, session, budget, staging)
+            artifact_share.record(row, target, staging)  # what the (final) artifact really quantizes
             if not explained and row.parity and not row.parity["passed"] and session.judge.localize and \
                     converter_to_blame(row.parity):
                 localize(row, target, job, session, budget)

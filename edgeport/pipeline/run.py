@@ -205,9 +205,11 @@ def export(loaded, dynamic):
 
 def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | None, judge: JudgeOptions,
              program: dict | None = None) -> dict:
+    from edgeport.validate import payoff
     from edgeport.validate.environment import environment
     from edgeport.validate.report import build_report, finish_report
 
+    rows = payoff.apply(rows)  # ratios to each target's fp32 row, and their budgets: needs every row
     libraries = sorted({m for r in rows for m in target_requires(r["target"])})
     report = build_report(spec, (program or {}).pop("params", None), rows,
                           session.reference_latency if session else None, session.data if session else None,
