@@ -117,3 +117,55 @@ def test_convert_reads_the_share_from_each_artifact_and_gates_the_ratio(converte
     # onnx dynamic-int8 leaves the Conv float on purpose (ConvInteger is slower): read from the graph
     assert rows[("onnx", "dynamic-int8")]["quantization"]["float_ops"]["Conv"]["count"] == 1
     assert "vs fp32" in render_markdown(report) and "size ×0." in render_markdown(report)
+
+
+RECURRENT = '''
+class Enc(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 32, num_layers=2, batch_first=True)
+        self.head = nn.Linear(32, 16)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.head(y[:, -1])
+
+
+def build():
+    torch.manual_seed(0)
+    return Enc().eval(), (torch.randn(1, 12, 8),)
+'''
+
+
+def test_recurrent_and_attention_blocks_are_layers_the_fallback_can_keep_float():
+    import torch
+
+    from edgeport.export import onnx_quant
+    from edgeport.quantize.layers import fx_layers, weight_shape
+
+    lstm = torch.nn.LSTM(8, 32, num_layers=2, batch_first=True).eval()
+    program = torch.export.export(lstm, (torch.randn(1, 12, 8),))
+    found = {layer.op: layer for layer in fx_layers(program, ("lstm",), weighted=True)}
+    assert "lstm" in found and weight_shape(program, found["lstm"].id) == (128, 8)  # 4 gates x 32 units, 8 inputs
+    for variant in ("int8", "dynamic-int8"):
+        assert "lstm" in {layer.op for layer in onnx_quant.layers(program, variant)}
+    attention = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    program = torch.export.export(attention, (torch.randn(1, 5, 16),))
+    ops = {layer.op for layer in onnx_quant.layers(program, "int8")}
+    assert ops & {"scaled_dot_product_attention", "_native_multi_head_attention"}, ops
+
+
+def test_onnx_int8_quantizes_lstm_weights_dynamically(tmp_path):
+    import onnx
+
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "onnx", "-q", "dynamic-int8",
+                     "-q", "int8", "--samples", "4", "--no-latency", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {r["variant"]: r for r in read_report(out)["targets"]}
+    for variant in ("dynamic-int8", "int8"):
+        ops = [n.op_type for n in onnx.load(str(out / rows[variant]["artifact"])).graph.node]
+        assert ops.count("DynamicQuantizeLSTM") == 2 and "LSTM" not in ops, ops  # one ONNX LSTM per stacked layer
+        q = rows[variant]["quantization"]
+        assert q["weight_share"] == 1.0 and q["flops_share"] == 1.0 and "LSTM" not in q["float_ops"], q
+        assert rows[variant]["parity"]["cosine_min"] > 0.99

@@ -32,15 +32,17 @@ def read(path: Path) -> ArtifactQuantization:
     model = flatbuffer_utils.read_model(str(path))
     op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
     types = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-    found = ArtifactQuantization([])
+    found, seen = ArtifactQuantization([]), set()
     for graph in model.subgraphs:
         _read_graph(model, graph, lambda op: op_names.get(max(model.operatorCodes[op.opcodeIndex].builtinCode,
                                                                model.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode), "?"),
-                    lambda t: types.get(t.type, "?"), found)
+                    lambda t: types.get(t.type, "?"), found, seen)
     return found
 
 
-def _read_graph(model, graph, name_of, type_of, found: ArtifactQuantization) -> None:
+def _read_graph(model, graph, name_of, type_of, found: ArtifactQuantization, seen: set) -> None:
+    """``seen``: weight buffers already counted (an unrolled LSTM's 100 steps share one weight: its bytes
+    count once, its FLOPs at every step)."""
     ops = list(graph.operators or [])
     producer = {out: op for op in ops for out in op.outputs}
     constant = lambda i: i >= 0 and bool(model.buffers[graph.tensors[i].buffer].data is not None  # noqa: E731
@@ -63,11 +65,14 @@ def _read_graph(model, graph, name_of, type_of, found: ArtifactQuantization) -> 
             if constant(tensor):
                 weights.append((graph.tensors[tensor], direct))
         if weights:
-            found.ops.append(_weighted(name, weights, graph.tensors[op.outputs[0]], type_of))
+            found.ops.append(_weighted(name, weights, graph.tensors[op.outputs[0]], type_of, seen))
 
 
-def _weighted(name: str, weights: list, output, type_of) -> WeightedOp:
-    elements = sum(math.prod(int(d) for d in t.shape) for t, _ in weights)
+def _weighted(name: str, weights: list, output, type_of, seen: set) -> WeightedOp:
+    sizes = [math.prod(int(d) for d in t.shape) for t, _ in weights]
+    elements = sum(sizes)  # for FLOPs; stored bytes count each buffer once
+    stored = sum(n for (t, _), n in zip(weights, sizes) if t.buffer not in seen)
+    seen.update(t.buffer for t, _ in weights)
     out_shape = [int(d) for d in output.shape]
     channels = out_shape[-1] if out_shape else 1
     per_out = elements / max(1, channels)  # an LSTM's 4 x [H, I] + 4 x [H, H] gates too: per unit of H, per step
@@ -77,7 +82,7 @@ def _weighted(name: str, weights: list, output, type_of) -> WeightedOp:
     first = weights[0][0]
     scales = first.quantization.scale if first.quantization is not None and first.quantization.scale is not None else []
     per_tensor = quantized and name in PER_CHANNEL_OPS and len(scales) == 1 and channels > 1
-    return WeightedOp(name, elements, flops, quantized, quantized and direct, per_tensor,
+    return WeightedOp(name, stored, flops, quantized, quantized and direct, per_tensor,
                       tuple(int(d) for d in first.shape))
 
 

@@ -28,6 +28,7 @@ QDQ_FUSED = ("Conv", "MatMul", "Gemm", "Add", "Mul", "MaxPool", "AveragePool", "
              "Resize", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Relu", "Clip", "LeakyRelu", "Sigmoid",
              "Gather", "Split", "Slice", "Flatten", "Where", "ArgMax", "Softmax", "QuantizeLinear", "Pad")
 INT_TYPES = (2, 3, 5, 22, 21)   # uint8, int8, int16, int4, uint4 (onnx.TensorProto)
+LAYOUT = ("Transpose", "Reshape", "Squeeze", "Unsqueeze")
 SLOW = {"ConvInteger": "ConvInteger (dynamic int8 convolution): onnxruntime's kernel runs slower than its fp32 Conv"}
 
 
@@ -44,7 +45,7 @@ def read(path: Path) -> ArtifactQuantization:
     shapes = {v.name: [d.dim_value or 1 for d in v.type.tensor_type.shape.dim]
               for v in [*graph.value_info, *graph.input, *graph.output] if v.type.tensor_type.HasField("shape")}
     producer = {out: n for n in graph.node for out in n.output}
-    found = ArtifactQuantization([])
+    found, seen = ArtifactQuantization([]), set()
     for node in graph.node:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear") and node.input[0] not in inits:
             found.activation_qdq += 1
@@ -53,28 +54,59 @@ def read(path: Path) -> ArtifactQuantization:
                     found.float_between[user.op_type] = found.float_between.get(user.op_type, 0) + 1
         op = _weighted(node, inits, shapes, producer)
         if op is not None:
+            op.weight_elements = sum(math.prod(inits[n].dims) for n in _weight_names(node, inits, producer) - seen)
+            seen |= _weight_names(node, inits, producer)
             found.ops.append(op)
             if node.op_type in SLOW and SLOW[node.op_type] not in found.notes:
                 found.notes.append(SLOW[node.op_type])
     return found
 
 
-def _weight(name: str, inits: dict, producer: dict):
-    """(initializer, read directly) behind an input: itself, or the int8 initializer a DequantizeLinear widens."""
+def _weight_names(node, inits: dict, producer: dict) -> set[str]:
+    """The initializers behind a weighted node's weight inputs (counted once however many nodes share them)."""
+    return {w.name for w, _ in _weights_of(node, inits, producer)}
+
+
+def _weights_of(node, inits: dict, producer: dict) -> list:
+    """(initializer, read directly) of each weight input; an unfolded LSTM's are traced through its Slices."""
+    indices, axis = WEIGHTED[node.op_type]
+    weights = [w for w in (_weight(node.input[i], inits, producer) for i in indices if i < len(node.input)) if w[0] is not None]
+    weights = [(w, d) for w, d in weights if len(w.dims) >= 2 and math.prod(w.dims) >= 64]  # not shape constants
+    if not weights and axis is None and node.op_type != "Gather":  # an unfolded LSTM: weights sliced at run time
+        weights = [(w, True) for i in indices if i < len(node.input) for w in _traced(node.input[i], inits, producer)]
+    return weights
+
+
+def _traced(name: str, inits: dict, producer: dict, depth: int = 0) -> list:
+    """The initializers a run-time Slice/Concat chain builds a weight from (torch.onnx's LSTM gate reorder)."""
     if name in inits:
-        return inits[name], True
+        return [inits[name]] if math.prod(inits[name].dims) >= 64 else []
     source = producer.get(name)
-    if source is not None and source.op_type == "DequantizeLinear" and source.input[0] in inits:
-        return inits[source.input[0]], False
+    if source is None or depth > 12 or source.op_type not in ("Slice", "Concat", "QuantizeLinear", "DequantizeLinear", *LAYOUT):
+        return []
+    return [w for i in source.input if i for w in _traced(i, inits, producer, depth + 1)]
+
+
+def _weight(name: str, inits: dict, producer: dict):
+    """(initializer, read directly) behind an input: itself, or the int8 initializer a DequantizeLinear widens,
+    through the Transpose/Reshape a folded Gemm leaves in between."""
+    direct = True
+    for _ in range(4):
+        if name in inits:
+            return inits[name], direct
+        source = producer.get(name)
+        if source is None or source.op_type not in ("DequantizeLinear", *LAYOUT):
+            break
+        direct = direct and source.op_type != "DequantizeLinear"
+        name = source.input[0]
     return None, False
 
 
 def _weighted(node, inits: dict, shapes: dict, producer: dict) -> WeightedOp | None:
     if node.op_type not in WEIGHTED:
         return None
-    indices, axis = WEIGHTED[node.op_type]
-    weights = [w for w in (_weight(node.input[i], inits, producer) for i in indices if i < len(node.input)) if w[0] is not None]
-    weights = [(w, d) for w, d in weights if len(w.dims) >= 2 and math.prod(w.dims) >= 64]  # not shape constants
+    axis = WEIGHTED[node.op_type][1]
+    weights = _weights_of(node, inits, producer)
     if not weights:
         return None
     elements = sum(math.prod(w.dims) for w, _ in weights)
