@@ -169,3 +169,40 @@ def test_onnx_int8_quantizes_lstm_weights_dynamically(tmp_path):
         q = rows[variant]["quantization"]
         assert q["weight_share"] == 1.0 and q["flops_share"] == 1.0 and "LSTM" not in q["float_ops"], q
         assert rows[variant]["parity"]["cosine_min"] > 0.99
+
+
+AUDIO = '''
+class Audio(nn.Module):
+    """A raw-audio front end (one input channel: XNNPACK's int8 conv is slower than fp32 there) into an LSTM."""
+
+    def __init__(self):
+        super().__init__()
+        self.front = nn.Conv1d(1, 8, 33, stride=4, padding=16)
+        self.lstm = nn.LSTM(8, 32, batch_first=True)
+        self.head = nn.Linear(32, 16)
+
+    def forward(self, x):
+        y, _ = self.lstm(torch.relu(self.front(x)).transpose(1, 2))
+        return self.head(y[:, -1])
+
+
+def build():
+    torch.manual_seed(0)
+    return Audio().eval(), (torch.randn(1, 1, 32),)
+'''
+
+
+def test_litert_int8_keeps_slow_convs_float_and_quantizes_the_lstm(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{write_model_file(tmp_path, AUDIO)}:build", "-t", "litert", "-q", "int8",
+                     "-q", "dynamic-int8", "--samples", "4", "--no-latency", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {r["variant"]: r for r in read_report(out)["targets"]}
+    for variant in ("int8", "dynamic-int8"):
+        q = rows[variant]["quantization"]
+        assert [f["name"] for f in q["float_on_purpose"]] == ["front"] and "1 input channel" in q["float_on_purpose"][0]["reason"]
+        convs = [op for op in q["float_ops"] if "CONV" in op]  # LiteRT lowers a 1-channel conv as DEPTHWISE_CONV_2D
+        assert len(convs) == 1 and q["float_ops"][convs[0]]["count"] == 1, q  # the front conv, read from the artifact
+        assert "FULLY_CONNECTED" not in q["float_ops"], q              # the unrolled LSTM's FCs are int8 weights
+        assert q["weight_share"] > 0.9, q
+    assert any("recurrent layers (lstm) quantized dynamic-range" in n for n in rows["int8"]["notes"])

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.export import litert_quant, litert_share
+from edgeport.export import litert_kernels, litert_quant, litert_share
 from edgeport.export.registry import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.runtimes.litert import CompiledModelRunner, LiteRTRunner
 
@@ -29,6 +29,8 @@ def convert(job: ConvertJob) -> Converted:
 
     path = job.out_dir / f"model_{job.variant}.tflite"
     details = {"nhwc": bool(job.options.get("nhwc"))}
+    job, fast = litert_kernels.with_fast_layers(job)
+    details.update({"float_on_purpose": fast} if fast else {})
     if job.variant == "dynamic-int8" and job.options.get("float_layers"):
         path.write_bytes(litert_quant.dynamic_with_float_layers(job))
         return Converted(path, {"ops": op_counts(path), **details})
@@ -44,6 +46,8 @@ def convert(job: ConvertJob) -> Converted:
         module, quant_config = litert_quant.pt2e_int8(module, job, litert_quant.float_filter(job))
     edge = litert_torch.convert(module, args, quant_config=quant_config)
     edge.export(str(path))
+    if job.variant == "int8":
+        litert_kernels.quantize_recurrent(path, job)
     return Converted(path, {"ops": op_counts(path), **details})
 
 

@@ -86,4 +86,9 @@ def record(row, target, staging: Path) -> None:
     except Exception as exc:
         row.note(f"could not read what the artifact quantizes: {first_line(exc)}")
         return
-    row.details["quantization"] = {**(row.details.get("quantization") or {}), **found}
+    on_purpose = row.details.pop("float_on_purpose", None) or []  # the target's own choice, with its reason
+    on_purpose += [{"name": op, "op": op, "count": entry["count"], "reason": f"the runtime has no int8 {op} kernel "
+                    "(edgeport quantizes the recurrent ops it can: onnxruntime LSTM, LiteRT's unrolled LSTM)"}
+                   for op, entry in found["float_ops"].items() if any(r in op.upper() for r in RECURRENT)]
+    row.details["quantization"] = {**(row.details.get("quantization") or {}), **found,
+                                   **({"float_on_purpose": on_purpose} if on_purpose else {})}
