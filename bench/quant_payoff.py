@@ -54,6 +54,26 @@ def edgeport(*args: str) -> tuple[dict, float]:
     return json.loads((out / "report.json").read_text()), time.perf_counter() - start
 
 
+def eager_p50(model: str, threads: int) -> float:
+    """PyTorch eager p50 of the model, measured here (edgeport's own reference timing read 38 ms for a model
+    this loop times at 1.2 ms on the shared machine; see QUANT_PAYOFF.md)."""
+    import torch
+
+    import payoff_models
+
+    torch.set_num_threads(threads)
+    module, args = getattr(payoff_models, f"build_{model}")()
+    with torch.no_grad():
+        for _ in range(3):
+            module(*args)
+        times = []
+        for _ in range(30):
+            start = time.perf_counter()
+            module(*args)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
 def runs_of(model: str, repeats: int, threads: int) -> list[dict]:
     calib, val = data_files(model)
     out = RESULTS / model
@@ -62,8 +82,10 @@ def runs_of(model: str, repeats: int, threads: int) -> list[dict]:
                             str(val), "--threads", str(threads), "--jobs", "1", "--force", "--out", str(out))
     print(f"{model}: converted in {wall:.0f} s", flush=True)
     reports = [report]
+    report["bench_eager_p50"] = eager_p50(model, threads)
     for _ in range(repeats - 1):
         reports.append(edgeport("validate", str(out), "--threads", str(threads), "--data", str(val))[0])
+        reports[-1]["bench_eager_p50"] = eager_p50(model, threads)
     return reports
 
 
@@ -76,7 +98,7 @@ def lines_of(model: str, reports: list[dict]) -> list[dict]:
     lines = []
     for i, row in enumerate(reports[0]["targets"]):
         rows = [r["targets"][i] for r in reports]
-        eager = [(r.get("reference") or {}).get("latency_ms", {}).get("p50") for r in reports]
+        eager = [r["bench_eager_p50"] for r in reports]
         p50 = [(x.get("latency_ms") or {}).get("p50") for x in rows]
         q = rows[-1].get("quantization") or {}
         lines.append({"model": model, "target": row["target"], "variant": row["variant"], "status": rows[-1]["status"],

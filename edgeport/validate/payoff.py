@@ -22,7 +22,10 @@ from __future__ import annotations
 
 BASELINE = "fp32"
 RATIO_BUDGETS = {"max_size_ratio": "size_ratio", "max_latency_ratio": "latency_ratio"}
-TOLERANCE = 1.0   # a ratio at or above this is "not smaller" / "slower"
+# "slower" is a p50 more than 10% above fp32's: on a shared machine the same artifact's p50 moves by that much
+# between runs (measured: bench/quant_payoff.py repeats), and a flag that flips with noise teaches users to
+# ignore it. Size is exact: not smaller is at or above fp32's bytes.
+SLOWER = 1.10
 
 
 def apply(rows: list[dict]) -> list[dict]:
@@ -85,9 +88,9 @@ def _flags(record: dict, not_delegated: dict) -> list[str]:
     outside = [f"ops outside the delegate: {', '.join(f'{op} x{n}' for op, n in not_delegated.items())}"] if not_delegated else []
     causes = "; ".join([*(record.get("causes") or []), *outside]) or "no cause found in the artifact"
     flags = []
-    if record["size_ratio"] is not None and record["size_ratio"] >= TOLERANCE:
+    if record["size_ratio"] is not None and record["size_ratio"] >= 1.0:
         flags.append(f"not smaller than fp32 (size ×{record['size_ratio']:.2f}): {causes}")
-    if record["latency_ratio"] is not None and record["latency_ratio"] > TOLERANCE:
+    if record["latency_ratio"] is not None and record["latency_ratio"] > SLOWER:
         flags.append(f"slower than fp32 (p50 ×{record['latency_ratio']:.2f}): {causes}")
     return flags
 
