@@ -24,6 +24,8 @@ from torch import nn
 
 SHAPES = {  # name: (conv, input shape)
     "tall 512x1 cin1 s4": (lambda: nn.Conv2d(1, 64, (512, 1), (4, 1), (254, 0)), (1, 1, 1024, 1)),
+    "3x3 cin1 c32": (lambda: nn.Conv2d(1, 32, 3, 1, 1), (1, 1, 64, 64)),
+    "tall 512x1 cin4 s4": (lambda: nn.Conv2d(4, 64, (512, 1), (4, 1), (254, 0)), (1, 4, 1024, 1)),
     "tall 64x1 c64->16": (lambda: nn.Conv2d(64, 16, (64, 1), 1, (31, 0)), (1, 64, 128, 1)),
     "tall 64x1 c32->64": (lambda: nn.Conv2d(32, 64, (64, 1), 1, (31, 0)), (1, 32, 16, 1)),
     "conv1d k9 c64": (lambda: nn.Conv1d(64, 64, 9, padding=4), (1, 64, 256)),

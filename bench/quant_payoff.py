@@ -111,6 +111,7 @@ def lines_of(model: str, reports: list[dict]) -> list[dict]:
                       "weight_share": q.get("weight_share"), "flops_share": q.get("flops_share"),
                       "flags": q.get("flags") or [], "causes": q.get("causes") or [],
                       "float_layers": [f["name"] for f in q.get("float_layers") or []],
+                      "on_purpose": q.get("float_on_purpose") or [],
                       "eager_p50_ms": median(eager), "p50_runs": p50})
     return lines
 
@@ -135,16 +136,28 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--render", action="store_true", help="only render bench/results/payoff/payoff.json again")
     args = parser.parse_args()
-    lines = []
-    for model in args.models.split(","):
+    lines = json.loads((RESULTS / "payoff.json").read_text()) if args.render else []
+    for model in [] if args.render else args.models.split(","):
         lines += lines_of(model, runs_of(model, args.repeats, args.threads))
         (RESULTS / "payoff.json").write_text(json.dumps(lines, indent=1))
-    print("\n".join(table(lines)))
-    for x in lines:
-        for flag in x["flags"]:
-            print(f"- {x['model']} {x['target']} {x['variant']}: {flag}")
+    text = "\n".join(table(lines) + [""] + findings(lines))
+    print(text)
+    (RESULTS / "QUANT_PAYOFF.generated.md").write_text(text + "\n")
     return 0
+
+
+def findings(lines: list[dict]) -> list[str]:
+    """What each row's report said: flags (does not pay off, with causes), float ops, layers kept float on purpose."""
+    out = []
+    for x in lines:
+        label = f"{x['model']} {x['target']} {x['variant']}"
+        out += [f"- **{label}**: {flag}" for flag in x["flags"]]
+        if x["variant"] != "fp32" and not x["flags"] and x["causes"]:
+            out.append(f"- {label} (pays off; still float): {'; '.join(x['causes'])}")
+        out += [f"- {label}: kept float on purpose: {f['name']} ({f['reason']})" for f in x.get("on_purpose") or []]
+    return out
 
 
 if __name__ == "__main__":
