@@ -206,3 +206,11 @@ def test_litert_int8_keeps_slow_convs_float_and_quantizes_the_lstm(tmp_path):
         assert "FULLY_CONNECTED" not in q["float_ops"], q              # the unrolled LSTM's FCs are int8 weights
         assert q["weight_share"] > 0.9, q
     assert any("recurrent layers (lstm) quantized dynamic-range" in n for n in rows["int8"]["notes"])
+
+
+def test_sensitivity_lists_the_lstm_as_a_layer(tmp_path):
+    result = run_cli("check", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "onnx", "-q", "int8",
+                     "--sensitivity")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line for line in result.stdout.splitlines() if "│" in line]
+    assert any("lstm" in line.split("│")[1] and "lstm" in line.split("│")[2] for line in rows), result.stdout

@@ -33,8 +33,8 @@ LAYER_OPS = {
     # dynamic quantizes MatMul/Gemm weights and LSTMs (edgeport leaves convolutions float there)
     "dynamic-int8": ("linear", "matmul", "mm", "bmm", "addmm", "lstm"),
 }
-SCHEMES = {"int8": "static int8 QDQ (onnxruntime: per-channel int8 weights, MinMax-calibrated activations)",
-           "dynamic-int8": "dynamic int8 (onnxruntime: int8 MatMul/Gemm weights, activations quantized at run time)"}
+SCHEMES = {"int8": "static int8 QDQ (onnxruntime: per-channel int8 weights, MinMax-calibrated activations; LSTMs dynamic)",
+           "dynamic-int8": "dynamic int8 (onnxruntime: int8 MatMul/Gemm/LSTM weights, activations quantized at run time)"}
 
 
 def layers(program, variant: str) -> list[QuantLayer]:
