@@ -99,8 +99,10 @@ def assemble(spec: str, rows: list[dict], session, the_plan, timings: dict | Non
     reads it) plus its ``generation`` block."""
     from edgeport.export.registry import get_target, target_names
     from edgeport.validate.environment import environment
+    from edgeport.validate import payoff
     from edgeport.validate.report import build_report, finish_report
 
+    rows = payoff.apply(rows)  # ratios to each target's fp32 row, and their budgets (as the forward report)
     libraries = sorted({m for r in rows if r["target"] in target_names() for m in get_target(r["target"]).requires})
     report = build_report(spec, params, rows, session.reference_latency if session else None,
                           session.data if session else None, timings, environment(threads, libraries + ["transformers"]))
