@@ -65,6 +65,10 @@ def test_ratio_budgets_fail_the_row_and_never_gate_nothing():
     other = row("int8", 100, 0.1, threads=2)
     payoff.apply([row("fp32", 1000, 1.0), other])
     assert other["quantization"]["latency_ratio"] is None and other["quantization"]["size_ratio"] == 0.1
+    assert any("timed with 2 threads" in n for n in other["notes"])
+    untimed = {**row("int8", 100, 1.0), "latency_ms": None}  # --no-latency: nothing to say, nothing gated
+    payoff.apply([{**row("fp32", 1000, 1.0), "latency_ms": None}, untimed])
+    assert untimed["notes"] == [] and untimed["status"] == "ok" and untimed["quantization"]["size_ratio"] == 0.1
 
 
 def test_ratio_budget_keys_are_checked_like_every_budget_key():

@@ -52,7 +52,7 @@ def compare_row(row: dict, base: dict | None) -> None:
     notes[:] = [n for n in notes if not n.startswith(NOTE_PREFIXES)]
     if why_not:
         notes.append(f"{NOTE_PREFIXES[0]}{why_not}")
-    elif latency_gap:
+    elif latency_gap and (row.get("latency_ms") or (base.get("latency_ms"))):  # --no-latency needs no note
         notes.append(f"{NOTE_PREFIXES[0]}{latency_gap}")
     notes += [f"{NOTE_PREFIXES[1]}{flag}" for flag in record["flags"]]
     _gate(row, record, why_not or latency_gap)
