@@ -73,6 +73,7 @@ def check_config(config: dict, where: str = "config") -> None:
         _check_scope(tuple(table_key.split(".")), label)
         for metric, value in table.items():
             _table_value(metric, value, label)
+            _check_ratio_scope(tuple(table_key.split(".")), metric, label)
     optional = config.get("optional", [])
     if not isinstance(optional, list) or not all(isinstance(o, str) for o in optional):
         raise UsageError(f"optional in {where} must be a list of targets or target.variant, got {optional!r}")
@@ -117,6 +118,7 @@ def parse_budget_flags(flags: list[str]) -> list[tuple[tuple[str, ...], str, Any
         if not sep or metric not in KNOWN_KEYS or len(scope) > 2:
             raise UsageError(f"bad {where}: expected [TARGET.][VARIANT.]KEY=VALUE with KEY one of {', '.join(KNOWN_KEYS)}")
         _check_scope(tuple(scope), where)
+        _check_ratio_scope(tuple(scope), metric, where)
         if metric in LIST_KEYS:
             parsed.append((tuple(scope), metric, _check_list(metric, [v for v in value.split(",") if v], where)))
         elif metric in ALLOW_KEYS:
@@ -124,6 +126,16 @@ def parse_budget_flags(flags: list[str]) -> list[tuple[tuple[str, ...], str, Any
         else:
             parsed.append((tuple(scope), metric, _number(metric, _flag_float(value, where), where)))
     return parsed
+
+
+def _check_ratio_scope(scope: tuple[str, ...], metric: str, where: str) -> None:
+    """A size/latency ratio compares a variant with fp32: on fp32 itself it could never gate (a budget that
+    gates nothing is refused, like a typo). Unscoped, it applies to every other variant."""
+    from edgeport.validate.payoff import BASELINE, RATIO_BUDGETS
+
+    if metric in RATIO_BUDGETS and scope and scope[-1] == BASELINE:
+        raise UsageError(f"{where}: {metric} compares a variant with its target's {BASELINE} row; "
+                         f"{BASELINE} has nothing to compare with (set it for the quantized variants)")
 
 
 def _flag_float(value: str, where: str) -> float:
@@ -184,6 +196,8 @@ def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[
             if scope == layer:
                 budget[metric] = value
     check_budget(budget, f"budget of {target}.{variant}", generative)
+    if variant == "fp32":  # unscoped ratio budgets are for the variants compared with it (see _check_ratio_scope)
+        budget = {k: v for k, v in budget.items() if k not in ("max_size_ratio", "max_latency_ratio")}
     return {**budget, "builtin": builtin}
 
 

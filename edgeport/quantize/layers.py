@@ -16,6 +16,13 @@ from edgeport.diagnostics import user_source
 # ops that follow a layer and belong to it for a quantizer: fused into its kernel (ReLU), or folded into its
 # weights (batch norm, whose ONNX Conv+BN fusion even carries the norm's name); getitem unpacks the norm's tuple
 ABSORBED = ("batch_norm", "_native_batch_norm_legit", "getitem", "relu", "relu6", "hardtanh", "clamp")
+# blocks that are one layer for a user and for a quantizer though they are no linear/conv: a recurrent op holds
+# all its gates' weights (``aten.lstm.input``: every stacked layer in one node, weights in a list argument),
+# attention is where int8 breaks transformers (softmax ranges). Issue 20: a search that does not list them
+# answers "1 of 1 layers float" on an LSTM model whose LSTM is the problem.
+RECURRENT = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+ATTENTION = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+             "_native_multi_head_attention")
 
 
 @dataclass(frozen=True)
@@ -58,13 +65,25 @@ def fx_layers(program, ops: Sequence[str], weighted: bool = False) -> list[Quant
     for node in program.graph.nodes:
         if node.op != "call_function" or op_name(node) not in ops:
             continue
-        if weighted and not (len(node.args) > 1 and getattr(node.args[1], "name", None) in constants):
+        if weighted and not _has_weights(node, constants):
             continue
         stack = node.meta.get("nn_module_stack") or {}
         found.append((node, list(stack.values())[-1][0] if stack else ""))
     modules = [m for _, m in found]
     return [QuantLayer(node.name, _label(node.name, module, modules.count(module) > 1), op_name(node),
                        user_source(node.meta.get("stack_trace"))) for node, module in found]
+
+
+def weight_args(node) -> list:
+    """The arguments holding a layer's weights: a recurrent op's parameter list, else its second argument."""
+    if op_name(node) in RECURRENT and len(node.args) > 2 and isinstance(node.args[2], (list, tuple)):
+        return list(node.args[2])
+    return list(node.args[1:2])
+
+
+def _has_weights(node, constants: set) -> bool:
+    args = weight_args(node)
+    return bool(args) and all(getattr(a, "name", None) in constants for a in args)
 
 
 def _label(node: str, module: str, shared: bool) -> str:
@@ -101,5 +120,6 @@ def owners(program, layer_ids: Sequence[str]) -> dict[str, str]:
 def weight_shape(program, layer_id: str) -> tuple[int, ...] | None:
     """Shape of a layer's weight (its second argument), read from the node's fake value."""
     node = next((n for n in program.graph.nodes if n.name == layer_id), None)
-    value = node.args[1].meta.get("val") if node is not None and len(node.args) > 1 and hasattr(node.args[1], "meta") else None
+    first = weight_args(node)[:1] if node is not None else []
+    value = first[0].meta.get("val") if first and hasattr(first[0], "meta") else None
     return tuple(int(d) for d in value.shape) if value is not None else None

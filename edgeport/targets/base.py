@@ -186,6 +186,8 @@ class Target:
     # variant -> its default parity budget (constants in edgeport.validate.parity), for every variant the
     # target offers, forward and generative; config and flags tighten or loosen it per row
     budgets: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
+    # artifact -> edgeport.quantize.artifact_share.ArtifactQuantization: what a non-fp32 artifact really quantizes
+    read_quantization: Callable[[Path], Any] | None = None
 
     def __post_init__(self):
         from edgeport.targets.rewrites import check_known

@@ -62,8 +62,10 @@ INT4_BLOCK = {"cosine_min": 0.95, "snr_db_min": 10.0}
 REFERENCE_PRECISION = {"bf16": BF16, "fp16": FP16}
 # token_agreement_min: text-generation rows only (share of the reference's greedy tokens reproduced before the
 # first divergence; edgeport.pipeline.tasks.text_generation.judge gives its per-variant default)
+# max_size_ratio / max_latency_ratio: a variant's size / p50 against its target's fp32 row (not parity: gated by
+# edgeport.validate.payoff once every row of the run is in)
 BUDGET_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "topk",
-               "token_agreement_min")
+               "token_agreement_min", "max_size_ratio", "max_latency_ratio")
 GATE_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "token_agreement_min")
 LIST_KEYS = ("gate", "topk_outputs")  # budget keys whose value is a list: metrics that gate, outputs top-k applies to
 ALLOW_KEYS = ("allow_empty", "allow_nonfinite_reference")  # true/false: let an output pass that compared nothing / some

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from xml.etree import ElementTree as ET
 
-HEADERS = ["target", "variant", "status", "size", "max abs err", "max rel err", "cosine min", "p50 ms", "p90 ms", "vs eager"]
+HEADERS = ["target", "variant", "status", "size", "max abs err", "max rel err", "cosine min", "p50 ms", "p90 ms", "vs eager", "vs fp32"]
 
 
 def fmt(value, spec: str = ".3g") -> str:
@@ -32,8 +32,19 @@ def summary_rows(report: dict) -> list[list[str]]:
         size = f"{r['size_bytes'] / 1024:.1f} KiB" if r.get("size_bytes") else "–"
         rows.append([r["target"], r["variant"], status_text(r), size, fmt(parity.get("max_abs_err")),
                      fmt(parity.get("max_rel_err")), fmt(parity.get("cosine_min"), ".6f"),
-                     fmt(latency.get("p50"), ".3f"), fmt(latency.get("p90"), ".3f"), speedup])
+                     fmt(latency.get("p50"), ".3f"), fmt(latency.get("p90"), ".3f"), speedup, vs_fp32(r)])
     return rows
+
+
+def vs_fp32(row: dict) -> str:
+    """The row's size and p50 against its target's fp32 row (edgeport.validate.payoff), a "!" when it does
+    not pay off."""
+    record = row.get("quantization") or {}
+    size, latency = record.get("size_ratio"), record.get("latency_ratio")
+    if size is None and latency is None:
+        return "–"
+    text = f"size ×{fmt(size, '.2f')}, p50 ×{fmt(latency, '.2f')}"
+    return text + (" !" if record.get("flags") else "")
 
 
 def report_sections(report: dict) -> list:

@@ -30,11 +30,13 @@ def judge(row: Row, target, built: Built, session, staging: Path) -> None:
     """A cached verdict (--reuse-verdict), or run + compare + time; then explain a failure (int8 layers,
     the first diverging layer) and write the parity sample."""
     from edgeport.pipeline.reuse import keep_verdict, reused_verdict
+    from edgeport.quantize import artifact_share
 
     job, key, budget = built.job, built.key, built.budget
     if not reused_verdict(row, key, session, budget):
         row.apply(judge_artifact(target, built.converted.artifact, session, budget))
         explained = quantization_explains(row, target, job, session, budget, staging)
+        artifact_share.record(row, target, staging)  # what the (final) artifact really quantizes
         if not explained and row.parity and not row.parity["passed"] and session.judge.localize and \
                 converter_to_blame(row.parity):
             localize(row, target, job, session, budget)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.targets.litert import quantize as litert_quant
+from edgeport.targets.litert import kernels as litert_kernels, quantize as litert_quant, share as litert_share
 from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.targets._pt2e import float_filter
 from edgeport.targets.litert.runtime import CompiledModelRunner, LiteRTRunner
@@ -31,6 +31,8 @@ def convert(job: ConvertJob) -> Converted:
 
     path = job.out_dir / f"model_{job.variant}.tflite"
     details = {"nhwc": bool(job.options.get("nhwc"))}
+    job, fast = litert_kernels.with_fast_layers(job)
+    details.update({"float_on_purpose": fast} if fast else {})
     if job.variant == "dynamic-int8" and job.float_layers:
         path.write_bytes(litert_quant.dynamic_with_float_layers(job))
         return Converted(path, {"ops": op_counts(path), **details})
@@ -46,6 +48,8 @@ def convert(job: ConvertJob) -> Converted:
         module, quant_config = litert_quant.pt2e_int8(module, job, float_filter(job))
     edge = litert_torch.convert(module, args, quant_config=quant_config)
     edge.export(str(path))
+    if job.variant == "int8":
+        litert_kernels.quantize_recurrent(path, job)
     return Converted(path, {"ops": op_counts(path), **details})
 
 
@@ -80,6 +84,7 @@ TARGET = Target(
     generative="edgeport.targets.litert.generate",
     float_fallback=FallbackSupport(litert_quant.SCHEMES, litert_quant.layers, litert_quant.prepare),
     calibrated_variants=("int8",),
+    read_quantization=litert_share.read,
     relative_cost=2.0,
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from edgeport.quantize.layers import QuantLayer, fx_layers, owners
+from edgeport.quantize.layers import ATTENTION, RECURRENT, QuantLayer, fx_layers, owners
 
 LAYER_OPS = {
     # static QDQ quantizes every Conv/Gemm/MatMul (attention's too), and the norms, softmax, embedding gathers
@@ -29,12 +29,12 @@ LAYER_OPS = {
     # outlier in the residual stream), so each can stay float
     "int8": ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "matmul", "mm",
              "bmm", "addmm", "convolution", "layer_norm", "group_norm", "softmax", "_softmax",
-             "scaled_dot_product_attention", "embedding", "add"),
-    # dynamic quantizes MatMul/Gemm weights only (edgeport leaves convolutions float there)
-    "dynamic-int8": ("linear", "matmul", "mm", "bmm", "addmm"),
+             "embedding", "add", *ATTENTION, *RECURRENT),
+    # dynamic quantizes MatMul/Gemm weights and LSTMs (edgeport leaves convolutions float there)
+    "dynamic-int8": ("linear", "matmul", "mm", "bmm", "addmm", "lstm"),
 }
-SCHEMES = {"int8": "static int8 QDQ (onnxruntime: per-channel int8 weights, MinMax-calibrated activations)",
-           "dynamic-int8": "dynamic int8 (onnxruntime: int8 MatMul/Gemm weights, activations quantized at run time)"}
+SCHEMES = {"int8": "static int8 QDQ (onnxruntime: per-channel int8 weights, MinMax-calibrated activations; LSTMs dynamic)",
+           "dynamic-int8": "dynamic int8 (onnxruntime: int8 MatMul/Gemm/LSTM weights, activations quantized at run time)"}
 
 
 def layers(program, variant: str) -> list[QuantLayer]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edgeport.diagnostics import histogram, summary
 from edgeport.errors import UsageError
-from edgeport.targets.onnx import quantize as onnx_quant
+from edgeport.targets.onnx import quantize as onnx_quant, recurrent as onnx_recurrent, share as onnx_share
 from edgeport.targets.onnx.quantize import exclusions
 from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.targets.onnx.runtime import OnnxRunner
@@ -129,9 +129,10 @@ def _dynamic_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
     from onnxruntime.quantization import quantize_dynamic
 
     kernels = int8_kernels(job)
-    with _quiet_quantizer():
-        quantize_dynamic(str(src), str(dst), weight_type=_quant_type(kernels["weight_type"]),
-                         reduce_range=kernels["reduce_range"], op_types_to_quantize=["MatMul", "Gemm"], **layers)
+    with _quiet_quantizer():  # LSTMs too, once their weights are folded (onnx_recurrent)
+        onnx_recurrent.quantize_from(src, lambda model: quantize_dynamic(
+            str(model), str(dst), weight_type=_quant_type(kernels["weight_type"]), reduce_range=kernels["reduce_range"],
+            op_types_to_quantize=["MatMul", "Gemm", *onnx_recurrent.RECURRENT_ONNX], **layers))
 
 
 def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
@@ -156,9 +157,12 @@ def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
 
     with _quiet_quantizer():
         kernels = int8_kernels(job)
-        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=_quant_type(kernels["activation_type"]),
-                        weight_type=_quant_type(kernels["weight_type"]), reduce_range=kernels["reduce_range"], **layers)
+        onnx_recurrent.quantize_from(src, lambda model: quantize_static(
+            str(model), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=_quant_type(kernels["activation_type"]),
+            weight_type=_quant_type(kernels["weight_type"]), reduce_range=kernels["reduce_range"], **layers))
+        onnx_recurrent.quantize_recurrent(dst, _quant_type(kernels["weight_type"]), kernels["reduce_range"],
+                                          layers.get("nodes_to_exclude") or (), layers.get("nodes_to_quantize"))
 
 
 def _quant_type(name: str):
@@ -214,6 +218,7 @@ TARGET = Target(
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),),
     calibrated_variants=("int8",),
+    read_quantization=onnx_share.read,
     dynamic_dims=True,
     float_fallback=FallbackSupport(onnx_quant.SCHEMES, onnx_quant.layers, prepare_fallback),
     rewrites=("upcast_fp32", "inline_custom_ops", "complex_pairs"),
