@@ -284,7 +284,7 @@ def test_convert_on_a_fake_tpu_host_reports_measured_runs(tmp_path, monkeypatch)
 
 def test_worker_env_drops_compile_only_settings(monkeypatch):
     """edgeport's process sets libtpu up for compile-only use; a worker that owns real chips must not inherit it."""
-    from edgeport.targets.tpu import runtime as jax_xla
+    from edgeport.targets import _jax as jax_xla
     from edgeport.targets.tpu.device import worker_env
 
     environ = {k: v for k, v in os.environ.items() if k not in ("ALLOW_MULTIPLE_LIBTPU_LOAD", "TPU_WORKER_HOSTNAMES")}
