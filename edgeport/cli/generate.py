@@ -24,9 +24,21 @@ def generate(
     """Generate greedily from a prompt with DIR's artifact for --target; print the ids (and the text)."""
     from edgeport.pipeline.tasks.text_generation import generate as gen
 
+    from edgeport.core.proc import terminal_stream
+
     count = parse_threads(threads)
+    out = None if as_json else terminal_stream(1)
+
+    def on_text(piece: str) -> None:  # a bundle runtime streams tokens: show them as they come
+        out.write(piece)
+        out.flush()
+
     result = with_progress(lambda progress: gen.generate(directory, target, variant, prompt_ids, prompt, max_new,
-                                                         1 if count == "auto" else count))
+                                                         1 if count == "auto" else count,
+                                                         on_text if out else None))
+    if out is not None and result.streamed:
+        out.write("\n")
+        out.flush()
     if as_json:
         typer.echo(gen.as_json(result))
         return

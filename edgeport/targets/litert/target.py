@@ -72,7 +72,8 @@ TARGET = Target(
     description="LiteRT .tflite for Android, iOS and the web (litert-torch, ai-edge-litert)",
     variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int8"),
     budgets={"fp32": parity.FP32, "fp16": parity.FP16, "dynamic-int8": parity.DYNAMIC_INT8,
-             "weight-int8": parity.WEIGHT_INT8, "int8": parity.STATIC_INT8, "int4-block32": parity.INT4_BLOCK},
+             "weight-int8": parity.WEIGHT_INT8, "int8": parity.STATIC_INT8, "int4-block32": parity.INT4_BLOCK,
+             "fp32-litertlm": parity.FP32},
     requires=("litert_torch", "ai_edge_litert"),
     extra="litert",
     convert=convert,
@@ -81,7 +82,9 @@ TARGET = Target(
     float_fallback=FallbackSupport(litert_quant.SCHEMES, litert_quant.layers, litert_quant.prepare),
     calibrated_variants=("int8",),
     relative_cost=2.0,
-    options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),),
+    options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),
+             TargetOption("litertlm", "litert: also write model.litertlm (LiteRT-LM bundle via litert-torch's "
+                          "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool)),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
               "sort_by_rank", "scatter_add_onehot"),
     refuses=(
