@@ -102,3 +102,32 @@ def test_litertlm_bundle_is_token_exact_in_the_engine(tmp_path):
     as_json = json.loads(run_cli("generate", out, "-t", "litert", "--prompt", "The quick brown fox", "--max-new", "6",
                                  "--json").stdout)
     assert as_json["variant"] == "fp32-litertlm" and len(as_json["tokens"]) >= 1 and -1 not in as_json["tokens"]
+
+
+def test_export_hf_refusing_the_model_fails_only_that_row(tmp_path, monkeypatch):
+    """export_hf's error becomes the bundle row's error (BuildFailed: the pipeline records it in that row and
+    goes on with the others); export_hf itself is stubbed here (importing it takes tensorflow, ~a minute)."""
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    import torch
+
+    from edgeport.pipeline.row import BuildFailed, Row
+    from edgeport.pipeline.tasks.text_generation.rows import build
+    from edgeport.targets.registry import get_target
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("export_hf: model type 'toy' is not supported")
+
+    stub = types.ModuleType("litert_torch.generative.export_hf")
+    stub.export = SimpleNamespace(export=refuse)
+    monkeypatch.setitem(sys.modules, "litert_torch.generative.export_hf", stub)
+    program = torch.export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),))
+    session = SimpleNamespace(programs={"decode": program}, samples={}, notes=[], target_options={"litertlm": True},
+                              layout=SimpleNamespace(to_json=lambda: {"model": f"hf:{tmp_path}", "prefill_lens": [8],
+                                                                      "cache_len": 32}))
+    row = Row("litert", "fp32-litertlm")
+    with pytest.raises(BuildFailed, match="model type 'toy' is not supported"):
+        build(row, get_target("litert"), "fp32-litertlm", session, tmp_path, {})
+    assert not (tmp_path / "model.litertlm").exists()

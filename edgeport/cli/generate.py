@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from edgeport.cli.app import app, parse_threads, with_progress
+from edgeport.cli.app import app, native_output_to, parse_threads, with_progress
 
 
 @app.command()
@@ -36,6 +36,7 @@ def generate(
     result = with_progress(lambda progress: gen.generate(directory, target, variant, prompt_ids, prompt, max_new,
                                                          1 if count == "auto" else count,
                                                          on_text if out else None))
+    native_output_to(Path(directory) / "edgeport.log")  # runtimes' destructors print at exit (DestroyAccelerator)
     if out is not None and result.streamed:
         out.write("\n")
         out.flush()

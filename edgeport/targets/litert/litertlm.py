@@ -68,10 +68,18 @@ def convert(job):
 
 
 def open_engine(artifact: Path, threads: int):
+    """The engine on CPU; its XNNPACK weight cache goes to a temporary folder (by default it writes one
+    beside the bundle, into DIR, which CI publishes), removed with the engine."""
+    import tempfile
+    import weakref
+
     import litert_lm
 
-    return litert_lm.Engine(str(artifact), backend=litert_lm.Backend.CPU(thread_count=max(1, threads)),
-                            enable_benchmark=True)
+    cache = tempfile.mkdtemp(prefix="edgeport-litertlm-")
+    engine = litert_lm.Engine(str(artifact), backend=litert_lm.Backend.CPU(thread_count=max(1, threads)),
+                              enable_benchmark=True, cache_dir=cache)
+    weakref.finalize(engine, shutil.rmtree, cache, True)
+    return engine
 
 
 def stream(engine, text: str, max_new: int):
@@ -140,6 +148,10 @@ def judge(artifact: Path, session, budget: dict):
         runs = [run_text(engine, text, layout.gen_tokens) for text in texts]
     except Exception as exc:
         return Verdict("failed", f"bundle does not run in litert_lm.Engine: {first_line(exc)}")
+    counted = [(b.last_prefill_token_count, len(p)) for (_, b), p in zip(runs, ids) if b.last_prefill_token_count != len(p)]
+    if counted:
+        return Verdict("failed", f"the engine prefilled {counted[0][0]} tokens where the model's tokenizer gives "
+                                 f"{counted[0][1]} (start token or tokenizer differ)")
     expected = reference_tokens(layout, ids)
     got = [[table.get(p, -1) for p in pieces] for pieces, _ in runs]
     return verdict(expected, got, [b for _, b in runs], ids, dropped, session, budget)

@@ -115,7 +115,7 @@ def generate_bundle(directory: Path, row: dict, bundle, ids: list[int], prompt: 
     from edgeport.validate.report import artifact_in
 
     pieces = []
-    with redirected():  # the runtime's native logs are not generate's output
+    with redirected(directory / "edgeport.log"):  # the runtime's native logs are not generate's output
         engine = impl.open_engine(artifact_in(directory, row["artifact"]), threads)
         for piece in impl.stream(engine, text, max_new):
             pieces.append(piece)
