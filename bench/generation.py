@@ -7,7 +7,9 @@ A random-init Llama (untied head; small but not tiny: ~15M parameters by default
 with edgeport's generative path, converted fp32 for every target, and checked token-exact on one prompt.
 Then at 1 thread and at all cores: prefill ms per prefill length and decode ms/token (p50 of single calls,
 each signature timed alone on realistic feeds) for PyTorch eager (the model's own forward with a
-StaticCache, as generate calls it) and for each artifact in its runtime.
+StaticCache, as generate calls it) and for each artifact in its runtime, plus litert-torch's own
+``export_hf`` path on the same model (``litert export_hf``; bench/export_hf_row.py) when the litert-lm extra
+is installed: the anchor edgeport's own LiteRT lowering is compared with.
 
 The bound: a decode step reads every weight once (the embedding table excepted: one row) plus the KV cache
 (a static cache attends over all its slots, masked). tokens/s can not exceed bandwidth / those bytes;
@@ -27,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 
 def memory_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
@@ -114,6 +116,7 @@ def run(args, lens, tmp: Path):
              "params": sum(p.numel() for p in exported.model.parameters()),
              "bytes_per_token": bytes_per_token(exported.model, exported.layout), "convert_s": {}, "exact": {}}
     artifacts = convert_all(exported, tmp / "out")
+    export_hf = export_hf_artifact(tmp, lens, args.cache_len, facts)
     prompt = [int(t) for t in torch.randint(3, args.vocab, (lens[-1],), generator=torch.Generator().manual_seed(1))]
     reference = generate_reference(exported.model, [prompt[: lens[0] - 3]], 8, args.cache_len)[0]
     rows = []
@@ -124,7 +127,26 @@ def run(args, lens, tmp: Path):
             facts["convert_s"][name] = seconds
             facts["exact"][name] = greedy(runner, exported.layout, prompt[: lens[0] - 3], 8).tokens == reference.tokens
             rows.append((name, threads, artifact_latency(runner, exported.layout, prompt)[0]))
+        if export_hf is not None:
+            from export_hf_row import ExportHfRunner
+
+            runner = ExportHfRunner(export_hf, threads)
+            facts["exact"]["export_hf"] = runner.greedy(prompt[: lens[0] - 3], 8) == reference.tokens
+            rows.append(("litert export_hf", threads, runner.latency(prompt)))
     return rows, facts
+
+
+def export_hf_artifact(tmp: Path, lens, cache_len: int, facts: dict) -> Path | None:
+    """litert-torch's own HF path on the same model (needs the litert-lm extra: it imports tensorflow)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        facts["export_hf"] = "not installed: pip install 'edgeport[litert-lm]'"
+        return None
+    from export_hf_row import export
+
+    path, facts["convert_s"]["export_hf"] = export(tmp / "model", tmp / "export_hf", lens, cache_len)
+    return path
 
 
 def print_table(rows, facts) -> None:

@@ -131,3 +131,17 @@ def test_export_hf_refusing_the_model_fails_only_that_row(tmp_path, monkeypatch)
     with pytest.raises(BuildFailed, match="model type 'toy' is not supported"):
         build(row, get_target("litert"), "fp32-litertlm", session, tmp_path, {})
     assert not (tmp_path / "model.litertlm").exists()
+
+
+def test_tensorflow_stays_out_of_convert_start_up(tmp_path):
+    """export_hf imports tensorflow (seconds, a lot of memory): only building the bundle may import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pathlib; from edgeport.cli import main; from edgeport.targets.registry import get_target; "
+            "s = get_target('litert').generation(); b = s.bundle('fp32-litertlm'); b.impl().check(pathlib.Path(sys.argv[1])); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'litert_lm')))")
+    tiny_llama(tmp_path / "m")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
