@@ -139,7 +139,7 @@ def judge(artifact: Path, session, budget: dict):
 
     layout = session.layout
     try:
-        tokenizer = load_tokenizer(model_dir(layout.to_json()))
+        tokenizer = load_tokenizer(tokenizer_dir(model_dir(layout.to_json()), artifact))
         engine = open_engine(artifact, fixed_threads(session.judge.threads))
         texts, ids, dropped = engine_prompts(engine, tokenizer, session.prompts, layout.cache_len - layout.gen_tokens)
         if not texts:
@@ -152,9 +152,16 @@ def judge(artifact: Path, session, budget: dict):
     if counted:
         return Verdict("failed", f"the engine prefilled {counted[0][0]} tokens where the model's tokenizer gives "
                                  f"{counted[0][1]} (start token or tokenizer differ)")
-    expected = reference_tokens(layout, ids)
+    expected = reference_tokens(layout, session.programs, ids)
     got = [[table.get(p, -1) for p in pieces] for pieces, _ in runs]
     return verdict(expected, got, [b for _, b in runs], ids, dropped, session, budget)
+
+
+def tokenizer_dir(model: Path, artifact: Path) -> Path:
+    """The model's own folder, else the copy the conversion put in DIR/tokenizer (``validate`` elsewhere)."""
+    if any((model / f).is_file() for f in TOKENIZER_FILES):
+        return model
+    return artifact.parents[1] / "tokenizer"
 
 
 def load_tokenizer(where: Path):
@@ -163,16 +170,23 @@ def load_tokenizer(where: Path):
     return AutoTokenizer.from_pretrained(str(where), local_files_only=True, trust_remote_code=False)
 
 
-def reference_tokens(layout, prompts: list[list[int]]) -> list[list[int]]:
-    """PyTorch greedy on the engine's prompt ids, cut before the first eos (the engine stops there)."""
+def reference_tokens(layout, programs: dict, prompts: list[list[int]]) -> list[list[int]]:
+    """PyTorch greedy on the engine's prompt ids (the model's generate; the exported programs where the
+    model folder is gone, as ``validate`` judges), cut before the first eos (the engine stops there)."""
     from types import SimpleNamespace
 
     from edgeport.pipeline.tasks.text_generation.export import load_causal_lm
-    from edgeport.pipeline.tasks.text_generation.reference import generate_reference
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.tasks.text_generation.reference import ProgramRunner, generate_reference
 
-    model, _ = load_causal_lm(SimpleNamespace(model=layout.model, trust_remote_code=False))
+    if (model_dir(layout.to_json()) / "config.json").is_file():
+        model, _ = load_causal_lm(SimpleNamespace(model=layout.model, trust_remote_code=False))
+        generations = generate_reference(model, prompts, layout.gen_tokens, layout.cache_len)
+    else:
+        runner = ProgramRunner(programs)
+        generations = [greedy(runner, layout, prompt, layout.gen_tokens) for prompt in prompts]
     out = []
-    for gen in generate_reference(model, prompts, layout.gen_tokens, layout.cache_len):
+    for gen in generations:
         stop = next((i for i, t in enumerate(gen.tokens) if t in layout.eos_token_ids), len(gen.tokens))
         out.append(gen.tokens[:stop])
     return out
