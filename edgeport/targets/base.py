@@ -92,9 +92,10 @@ class BundleSupport:
     """A generative variant an on-device LLM runtime runs from TEXT (a ``.litertlm`` for LiteRT-LM): built
     when the target option ``option`` is given, then judged and driven by that runtime, because apps run the
     bundle through it, not through edgeport's prefill/decode loop. ``module`` defines
-    ``check(model_dir)`` (plan time, UsageError on what the bundle cannot be built from),
-    ``convert(job) -> Converted``, ``judge(artifact, session, budget) -> Verdict`` and
-    ``stream(artifact, prompt, max_new, threads, layout)`` (yields (token id, text) pairs)."""
+    ``check(model_dir)`` (plan time, UsageError on what the bundle cannot be built from), ``check_runtime()``,
+    ``convert(job) -> Converted``, ``judge(artifact, session, budget) -> Verdict``,
+    ``open_engine(artifact, threads)``, ``stream(engine, text, max_new)`` (yields each token's text) and
+    ``piece_ids(tokenizer)`` (token text -> id)."""
 
     variant: str
     option: str                       # the TargetOption key that asks for it

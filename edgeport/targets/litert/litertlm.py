@@ -39,6 +39,12 @@ def check(model_dir: Path) -> None:
                          f"(missing: {' or '.join(TOKENIZER_FILES)})")
 
 
+def check_runtime() -> None:
+    """``generate`` on a bundle: the engine is installed (else exit 2 with the extra to install)."""
+    if importlib.util.find_spec("litert_lm") is None:
+        raise UsageError("running model.litertlm needs litert-lm-api: pip install 'edgeport[litert-lm]'")
+
+
 def model_dir(layout: dict) -> Path:
     return Path(layout["model"].removeprefix("hf:"))
 

@@ -111,6 +111,7 @@ def generate_bundle(directory: Path, row: dict, bundle, ids: list[int], prompt: 
     tokenizer = load_tokenizer(directory / "tokenizer", "a bundle (it takes text)")
     text = prompt if prompt is not None else tokenizer.decode(ids, skip_special_tokens=True)
     impl, table = bundle.impl(), None
+    impl.check_runtime()
     load_runner(directory, row, threads)  # the same exit-2 checks (target installed, artifact present)
     from edgeport.validate.report import artifact_in
 
