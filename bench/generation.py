@@ -56,7 +56,19 @@ def build_model(args, where: Path):
                            num_key_value_heads=max(1, args.hidden // 128), max_position_embeddings=args.cache_len,
                            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     T.LlamaForCausalLM(config).eval().save_pretrained(where)
+    word_tokenizer(args.vocab).save_pretrained(where)  # export_hf loads the model's tokenizer
     return config
+
+
+def word_tokenizer(vocab: int):
+    """A word-level tokenizer over the whole vocabulary ("w3" -> 3), built offline with `tokenizers`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
 def convert_all(exported, out: Path) -> dict:
@@ -145,7 +157,11 @@ def export_hf_artifact(tmp: Path, lens, cache_len: int, facts: dict) -> Path | N
         return None
     from export_hf_row import export
 
-    path, facts["convert_s"]["export_hf"] = export(tmp / "model", tmp / "export_hf", lens, cache_len)
+    try:
+        path, facts["convert_s"]["export_hf"] = export(tmp / "model", tmp / "export_hf", lens, cache_len)
+    except Exception as exc:  # export_hf refusing the model leaves the other rows
+        facts["export_hf"] = f"export_hf failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return None
     return path
 
 
@@ -154,7 +170,8 @@ def print_table(rows, facts) -> None:
     print(f"model: Llama, {facts['params'] / 1e6:.1f}M params; decode reads {facts['bytes_per_token'] / 2**20:.1f} MiB/token "
           f"(weights + KV cache); measured copy bandwidth {facts['bandwidth'] / 1e9:.1f} GB/s -> bound {bound:.0f} tokens/s")
     print(f"export {facts['export_s']:.1f} s; convert s: " + ", ".join(f"{k} {v:.1f}" for k, v in facts["convert_s"].items())
-          + "; token-exact vs generate: " + ", ".join(f"{k} {v}" for k, v in facts["exact"].items()))
+          + "; token-exact vs generate: " + ", ".join(f"{k} {v}" for k, v in facts["exact"].items())
+          + (f"; {facts['export_hf']}" if facts.get("export_hf") else ""))
     eager = {threads: block for name, threads, block in rows if name == "PyTorch eager"}
     lens = list(rows[0][2]["prefill_ms"])
     print(f"| runtime | threads | " + " | ".join(f"prefill {n} ms" for n in lens)
