@@ -7,7 +7,9 @@ A random-init Llama (untied head; small but not tiny: ~15M parameters by default
 with edgeport's generative path, converted fp32 for every target, and checked token-exact on one prompt.
 Then at 1 thread and at all cores: prefill ms per prefill length and decode ms/token (p50 of single calls,
 each signature timed alone on realistic feeds) for PyTorch eager (the model's own forward with a
-StaticCache, as generate calls it) and for each artifact in its runtime.
+StaticCache, as generate calls it) and for each artifact in its runtime, plus litert-torch's own
+``export_hf`` path on the same model (``litert export_hf``; bench/export_hf_row.py) when the litert-lm extra
+is installed: the anchor edgeport's own LiteRT lowering is compared with.
 
 The bound: a decode step reads every weight once (the embedding table excepted: one row) plus the KV cache
 (a static cache attends over all its slots, masked). tokens/s can not exceed bandwidth / those bytes;
@@ -27,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 
 def memory_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
@@ -54,7 +56,19 @@ def build_model(args, where: Path):
                            num_key_value_heads=max(1, args.hidden // 128), max_position_embeddings=args.cache_len,
                            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     T.LlamaForCausalLM(config).eval().save_pretrained(where)
+    word_tokenizer(args.vocab).save_pretrained(where)  # export_hf loads the model's tokenizer
     return config
+
+
+def word_tokenizer(vocab: int):
+    """A word-level tokenizer over the whole vocabulary ("w3" -> 3), built offline with `tokenizers`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
 def convert_all(exported, out: Path) -> dict:
@@ -114,6 +128,7 @@ def run(args, lens, tmp: Path):
              "params": sum(p.numel() for p in exported.model.parameters()),
              "bytes_per_token": bytes_per_token(exported.model, exported.layout), "convert_s": {}, "exact": {}}
     artifacts = convert_all(exported, tmp / "out")
+    export_hf = export_hf_artifact(tmp, lens, args.cache_len, facts)
     prompt = [int(t) for t in torch.randint(3, args.vocab, (lens[-1],), generator=torch.Generator().manual_seed(1))]
     reference = generate_reference(exported.model, [prompt[: lens[0] - 3]], 8, args.cache_len)[0]
     rows = []
@@ -124,7 +139,30 @@ def run(args, lens, tmp: Path):
             facts["convert_s"][name] = seconds
             facts["exact"][name] = greedy(runner, exported.layout, prompt[: lens[0] - 3], 8).tokens == reference.tokens
             rows.append((name, threads, artifact_latency(runner, exported.layout, prompt)[0]))
+        if export_hf is not None:
+            from export_hf_row import ExportHfRunner
+
+            runner = ExportHfRunner(export_hf, threads)
+            facts["exact"]["export_hf"] = runner.greedy(prompt[: lens[0] - 3], 8) == reference.tokens
+            rows.append(("litert export_hf", threads, runner.latency(prompt)))
     return rows, facts
+
+
+def export_hf_artifact(tmp: Path, lens, cache_len: int, facts: dict) -> Path | None:
+    """litert-torch's own HF path on the same model (needs the litert-lm extra: it imports tensorflow)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        facts["export_hf"] = "not installed: pip install 'edgeport[litert-lm]'"
+        return None
+    from export_hf_row import export
+
+    try:
+        path, facts["convert_s"]["export_hf"] = export(tmp / "model", tmp / "export_hf", lens, cache_len)
+    except Exception as exc:  # export_hf refusing the model leaves the other rows
+        facts["export_hf"] = f"export_hf failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return None
+    return path
 
 
 def print_table(rows, facts) -> None:
@@ -132,7 +170,8 @@ def print_table(rows, facts) -> None:
     print(f"model: Llama, {facts['params'] / 1e6:.1f}M params; decode reads {facts['bytes_per_token'] / 2**20:.1f} MiB/token "
           f"(weights + KV cache); measured copy bandwidth {facts['bandwidth'] / 1e9:.1f} GB/s -> bound {bound:.0f} tokens/s")
     print(f"export {facts['export_s']:.1f} s; convert s: " + ", ".join(f"{k} {v:.1f}" for k, v in facts["convert_s"].items())
-          + "; token-exact vs generate: " + ", ".join(f"{k} {v}" for k, v in facts["exact"].items()))
+          + "; token-exact vs generate: " + ", ".join(f"{k} {v}" for k, v in facts["exact"].items())
+          + (f"; {facts['export_hf']}" if facts.get("export_hf") else ""))
     eager = {threads: block for name, threads, block in rows if name == "PyTorch eager"}
     lens = list(rows[0][2]["prefill_ms"])
     print(f"| runtime | threads | " + " | ".join(f"prefill {n} ms" for n in lens)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from edgeport.cli.app import app, parse_threads, with_progress
+from edgeport.cli.app import app, native_output_to, parse_threads, with_progress
 
 
 @app.command()
@@ -24,9 +24,22 @@ def generate(
     """Generate greedily from a prompt with DIR's artifact for --target; print the ids (and the text)."""
     from edgeport.pipeline.tasks.text_generation import generate as gen
 
+    from edgeport.core.proc import terminal_stream
+
     count = parse_threads(threads)
+    out = None if as_json else terminal_stream(1)
+
+    def on_text(piece: str) -> None:  # a bundle runtime streams tokens: show them as they come
+        out.write(piece)
+        out.flush()
+
     result = with_progress(lambda progress: gen.generate(directory, target, variant, prompt_ids, prompt, max_new,
-                                                         1 if count == "auto" else count))
+                                                         1 if count == "auto" else count,
+                                                         on_text if out else None))
+    native_output_to(Path(directory) / "edgeport.log")  # runtimes' destructors print at exit (DestroyAccelerator)
+    if out is not None and result.streamed:
+        out.write("\n")
+        out.flush()
     if as_json:
         typer.echo(gen.as_json(result))
         return

@@ -88,6 +88,25 @@ class GenerativeJob:
 
 
 @dataclass(frozen=True)
+class BundleSupport:
+    """A generative variant an on-device LLM runtime runs from TEXT (a ``.litertlm`` for LiteRT-LM): built
+    when the target option ``option`` is given, then judged and driven by that runtime, because apps run the
+    bundle through it, not through edgeport's prefill/decode loop. ``module`` defines
+    ``check(model_dir)`` (plan time, UsageError on what the bundle cannot be built from), ``check_runtime()``,
+    ``convert(job) -> Converted``, ``judge(artifact, session, budget) -> Verdict``,
+    ``open_engine(artifact, threads)``, ``stream(engine, text, max_new)`` (yields each token's text) and
+    ``piece_ids(tokenizer)`` (token text -> id)."""
+
+    variant: str
+    option: str                       # the TargetOption key that asks for it
+    precision: str                    # its budget defaults are this precision's (fp32: every token)
+    module: str
+
+    def impl(self):
+        return importlib.import_module(self.module)
+
+
+@dataclass(frozen=True)
 class GenerativeSupport:
     """What a target offers for generative models (prefill/decode with an explicit KV cache).
 
@@ -98,6 +117,13 @@ class GenerativeSupport:
     variants: tuple[str, ...]         # the first is always built; others on --quantize
     convert: Callable[[GenerativeJob], "Converted"]
     load: Callable[[Path, int], Any]
+    bundles: tuple[BundleSupport, ...] = ()   # variants a runtime of the target's runs from text, on an option
+
+    def bundle(self, variant: str) -> BundleSupport | None:
+        return next((b for b in self.bundles if b.variant == variant), None)
+
+    def requested_bundles(self, options: dict) -> list[BundleSupport]:
+        return [b for b in self.bundles if options.get(b.option)]
 
 
 @dataclass(frozen=True)
@@ -218,7 +244,8 @@ class Target:
     def every_variant(self) -> tuple[str, ...]:
         """Forward and generative variants: what a budget scope or ``--quantize`` may name for this target."""
         support = self.generation()
-        return tuple(dict.fromkeys(self.variants + (support.variants if support else ())))
+        offered = (support.variants + tuple(b.variant for b in support.bundles)) if support else ()
+        return tuple(dict.fromkeys(self.variants + offered))
 
     def can_keep_float(self, variant: str) -> bool:
         return self.float_fallback is not None and variant in self.float_fallback.variants

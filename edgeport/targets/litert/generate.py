@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.base import BundleSupport, Converted, GenerativeJob, GenerativeSupport
 from edgeport.targets.litert.signatures import LiteRTSignatureRunner
 
 LITERT_RECIPES = {"fp16": "full_fp16_recipe", "dynamic-int8": "full_dynamic_recipe", "weight-int8": "full_weight_only_recipe"}
@@ -50,8 +50,8 @@ def convert(job: GenerativeJob) -> Converted:
         _quantize(fp32, path, job.variant)
         if job.variant in BLOCKWISE:
             details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
-    return Converted(path, {"ops": op_counts(path), "kv_cache": "explicit input/output state (no resource variables)",
-                            **details})
+    return Converted(path, {"ops": op_counts(path), "built_by": "edgeport",
+                            "kv_cache": "explicit input/output state (no resource variables)", **details})
 
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> None:
@@ -130,5 +130,8 @@ def load(path: Path, threads: int) -> LiteRTSignatureRunner:
     return LiteRTSignatureRunner(Path(path), threads)
 
 
+# --litertlm: the .litertlm bundle LiteRT-LM runs (edgeport.targets.litert.litertlm)
+LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="fp32",
+                         module="edgeport.targets.litert.litertlm")
 GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
-                               convert=convert, load=load)
+                               convert=convert, load=load, bundles=(LITERTLM,))

@@ -53,6 +53,7 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
                                          ("--gen-tokens", g.gen_tokens)) if value]
     arch, causal, positions = describe_source(opts.source, g.task)
     if g.task == "forward" or (g.task == "auto" and not causal):
+        refuse_bundle_options(opts, targets, "this model is not a causal LM" if not causal else "--task forward was given")
         if explicit:
             raise UsageError(f"{explicit[0]} applies to --task text-generation "
                              f"({'this model is not a causal LM' if not causal else '--task forward was given'})")
@@ -62,7 +63,11 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
                          f"{opts.source.model!r} is {arch or 'not a Hugging Face model'}")
     refuse_forward_only(opts)
     lens, gen_tokens, cache_len = lengths(g, positions)
-    rows, skipped = generation_rows(targets, opts.quantize)
+    rows, skipped = generation_rows(targets, opts.quantize, opts.target_options)
+    for target, variant in rows:
+        bundle = target.generation().bundle(variant)
+        if bundle:
+            bundle.impl().check(Path(opts.source.model[3:]))
     return GenerationPlan(lens, cache_len, gen_tokens, arch, rows, skipped)
 
 
@@ -99,7 +104,17 @@ def lengths(g: GenerationOptions, positions: int | None) -> tuple[tuple[int, ...
     return lens, gen_tokens, cache_len
 
 
-def generation_rows(targets: list, quantize) -> tuple[list, list]:
+def refuse_bundle_options(opts, targets: list, why: str) -> None:
+    """A bundle option (``--litertlm``) asks for a text-generation artifact: on a forward conversion it is exit 2."""
+    for target in targets:
+        support = target.generation()
+        for bundle in support.requested_bundles(opts.target_options) if support else []:
+            flag = next((o.flag for o in target.options if o.key == bundle.option), bundle.option)
+            raise UsageError(f"--{flag} builds a text-generation bundle from a Hugging Face causal LM "
+                             f"(hf:DIR with --task text-generation); {why}")
+
+
+def generation_rows(targets: list, quantize, options: dict | None = None) -> tuple[list, list]:
     offered = {v for t in targets if t.generation() for v in t.generation().variants}
     for q in quantize:
         if q not in offered:
@@ -112,6 +127,7 @@ def generation_rows(targets: list, quantize) -> tuple[list, list]:
             skipped.append((target, "fp32", f"{target.name} has no text-generation support"))
             continue
         rows += [(target, v) for v in dict.fromkeys([support.variants[0], *quantize]) if v in support.variants]
+        rows += [(target, b.variant) for b in support.requested_bundles(options or {})]
     return rows, skipped
 
 

@@ -18,15 +18,17 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     from edgeport.pipeline.tasks.text_generation.judge import generation_budget
     from edgeport.targets.base import GenerativeJob
 
-    programs, applied, notes = rewritten_programs(target, session.programs, session.samples)
+    bundle = target.generation().bundle(variant)
+    programs, applied, notes = (session.programs, [], []) if bundle else \
+        rewritten_programs(target, session.programs, session.samples)
     row.rewrites = applied
     job = GenerativeJob(programs, session.samples, session.layout.to_json(), variant, out_dir,
                         dict(session.target_options), notes=[*session.notes, *notes])
     try:
-        converted = target.generation().convert(job)
+        converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
     except Exception as exc:
         raise BuildFailed(conversion_error(exc, programs["decode"]), job.notes) from exc
-    return Built(converted, job, generation_budget(budget, variant), None, job.notes)
+    return Built(converted, job, generation_budget(budget, bundle.precision if bundle else variant), None, job.notes)
 
 
 def rewritten_programs(target, programs: dict, samples: dict) -> tuple[dict, list[str], list[str]]:
@@ -50,7 +52,7 @@ def rewritten_programs(target, programs: dict, samples: dict) -> tuple[dict, lis
 
 
 def judge(row: Row, target, built: Built, session, staging: Path) -> None:
-    row.apply(judge_generative(target.generation(), built.converted.artifact, session, built.budget))
+    row.apply(judge_any(target.generation(), row.variant, built.converted.artifact, session, built.budget))
 
 
 def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:
@@ -59,7 +61,18 @@ def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:
     if target.generation() is None:
         row.status, row.error = "failed", f"target {row.target!r} has no text-generation support in this edgeport"
         return
-    row.apply(judge_generative(target.generation(), path, session, generation_budget(budget, row.variant)))
+    support = target.generation()
+    bundle = support.bundle(row.variant)
+    row.apply(judge_any(support, row.variant, path, session,
+                        generation_budget(budget, bundle.precision if bundle else row.variant)))
+
+
+def judge_any(support, variant: str, artifact: Path, session, budget: dict) -> Verdict:
+    """A bundle variant is judged by its own runtime (from text); every other one by the prefill/decode loop."""
+    bundle = support.bundle(variant)
+    if bundle:
+        return bundle.impl().judge(artifact, session, budget)
+    return judge_generative(support, artifact, session, budget)
 
 
 def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
