@@ -118,8 +118,6 @@ def run_row(target, variant: str, session, staging: Path, budget: dict, required
     start = time.perf_counter()
     with redirected(log):  # runtimes log too (e.g. delegate creation)
         task.judge(row, target, built, session, staging)
-    if built.converted.parity_caveat and row.error and row.error.startswith("parity:"):
-        row.error += f" ({built.converted.parity_caveat})"
     row.check_seconds = round(time.perf_counter() - start, 3)
     return row
 

@@ -67,8 +67,6 @@ class Converted:
     artifact: Path
     details: dict = field(default_factory=dict)   # extra report fields (ops, compiles, ...)
     rewrites: list[str] = field(default_factory=list)   # what the target did beyond the shared passes
-    # a known converter limitation that explains a parity failure of this artifact (appended to that error)
-    parity_caveat: str | None = None
 
 
 @dataclass
