@@ -120,12 +120,14 @@ def _swift_fields(source: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("path,parse", [
-    ("samples/android/app/src/main/kotlin/dev/edgeport/sample/Manifest.kt", _kotlin_fields),
-    ("samples/ios/EdgeportSample/Manifest.swift", _swift_fields),
+    ("samples/android/core/src/main/kotlin/dev/edgeport/sample/core/Manifest.kt", _kotlin_fields),
+    ("samples/ios/EdgeportSample/Core/Manifest.swift", _swift_fields),
 ])
 def test_app_parsers_read_only_schema_fields(path, parse):
     fields = parse((REPO / path).read_text())
-    assert set(fields) == set(SCHEMA_PARTS), fields
-    for struct, names in fields.items():
+    assert set(SCHEMA_PARTS) <= set(fields), fields
+    # the generation section's classes (Generation*, CacheTensor, ...) are checked against real text-generation
+    # output by tests/test_android_contract.py; the schema describes the forward parts field by field
+    for struct, names in ((s, n) for s, n in fields.items() if s in SCHEMA_PARTS):
         unknown = names - _schema_properties(SCHEMA_PARTS[struct])
         assert not unknown, f"{path}: {struct} reads {unknown}, which samples/manifest.schema.json does not define"

@@ -59,7 +59,9 @@ def test_budget_layers_general_to_specific():
     config = {"budgets": {"fp16": {"cosine_min": 0.9}, "litert.fp16": {"max_rel_err": 0.5}}}
     flags = parse_budget_flags(["snr_db_min=3", "fp16.cosine_min=0.8", "onnx.fp32.cosine_min=0.1"])
     budget = budget_for("litert", "fp16", config, flags)
+    builtin = budget.pop("builtin")  # the target's own default rides along, for the report's budget audit
     assert budget == {"max_rel_err": 0.5, "cosine_min": 0.8, "snr_db_min": 3.0}
+    assert builtin == {"max_rel_err": 2e-2, "cosine_min": 0.999}
 
 
 # ---- honest verdicts (issue 9 item 13): a pass needs something compared ----
