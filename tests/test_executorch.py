@@ -94,6 +94,7 @@ def test_a_damaged_pte_fails_its_row_with_the_runtime_reason(tmp_path):
 OUTLIER_PAIR = {"boost", "fc2"}
 
 
+@pytest.mark.slow  # minutes on 2 cores: make test-slow
 def test_fallback_float_keeps_the_layers_int8_breaks_float(tmp_path):
     """test_fallback.py's outlier model (four channels x1000 between `boost` and `fc2`): full int8 fails; the
     search keeps the pair float, the rebuilt .pte passes, and XNNPACK runs those two layers in fp32."""
@@ -146,6 +147,7 @@ def llama(tmp_path_factory):
     return model_dir, out, read_report(out)
 
 
+@pytest.mark.slow  # minutes on 2 cores: make test-slow
 def test_one_pte_with_prefill_and_decode_methods_generates_the_reference_tokens(llama):
     _, out, report = llama
     row = next(r for r in report["targets"] if r["target"] == "executorch")
@@ -171,6 +173,7 @@ def test_one_pte_with_prefill_and_decode_methods_generates_the_reference_tokens(
     assert all(np.array_equal(feeds[k], before[k]) for k in feeds) and outputs["cache_len_0"] == 1
 
 
+@pytest.mark.slow  # minutes on 2 cores: make test-slow
 def test_generate_and_validate_run_the_pte(llama):
     _, out, _ = llama
     sample = json.loads((out / "manifest.json").read_text())["generation"]["parity_sample"]["prompts"][0]
