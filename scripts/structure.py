@@ -60,7 +60,24 @@ def problems(package: Path) -> list[str]:
             out += [f"{rel}:{i}: target name outside the target layer" for i, line in enumerate(lines, 1)
                     if words.search(line) and not line.lstrip().startswith("#")]
     out += [f"import cycle: {a} <-> {b}" for a in graph for b in graph[a] if a < b and a in reachable(graph, b)]
-    return out
+    return out + package_cycles(graph)
+
+
+def package_cycles(graph: dict) -> list[str]:
+    """Sub-packages point down only: two sub-packages (or top-level modules) that reach each other, lazy
+    imports included, are a knot (a back edge hidden inside a function is still a back edge)."""
+    subpackages = {".".join(m.split(".")[:2]) for m in graph if m.count(".") >= 2}
+
+    def top(module: str) -> str | None:  # top-level modules (edgeport.config, ...) are not sub-packages
+        name = ".".join(module.split(".")[:2])
+        return name if name in subpackages else None
+
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if top(module):
+            packages.setdefault(top(module), set()).update(top(t) for t in targets if top(t) and top(t) != top(module))
+    return [f"package cycle: {a} <-> {b}" for a in packages for b in packages[a]
+            if a < b and a in reachable(packages, b)]
 
 
 def reachable(graph: dict, start: str) -> set[str]:

@@ -20,6 +20,11 @@ def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
     (package / "targets" / "registry.py").write_text('TARGET_MODULES = {\n    "lite": "edgeport.targets.lite",\n}\n')
     (package / "a.py").write_text("from edgeport import b\nNAME = 'lite'\n" + "def f():\n" + "    x = 1\n" * 60)
     (package / "b.py").write_text("from edgeport import a\n")
+    for sub, other in (("up", "down"), ("down", "up")):  # two sub-packages that import each other
+        (package / sub).mkdir()
+        (package / sub / "__init__.py").write_text("")
+        (package / sub / "m.py").write_text(f"def g():\n    from edgeport.{other} import m\n")
     found = structure.problems(package)
     assert any("target name" in f for f in found) and any("f: 61 lines" in f for f in found)
     assert any("import cycle" in f for f in found)
+    assert any("package cycle: edgeport.down <-> edgeport.up" in f for f in found)

@@ -91,7 +91,8 @@ class BundleSupport:
     when the target option ``option`` is given, then judged and driven by that runtime, because apps run the
     bundle through it, not through edgeport's prefill/decode loop. ``module`` defines
     ``check(model_dir)`` (plan time, UsageError on what the bundle cannot be built from), ``check_runtime()``,
-    ``convert(job) -> Converted``, ``judge(artifact, session, budget) -> Verdict``,
+    ``convert(job) -> Converted``, what the pipeline's bundle judge calls (``JUDGED_BY``, ``model_dir``,
+    ``tokenizer_dir``, ``load_tokenizer``, ``engine_prompts``, ``run_text``),
     ``open_engine(artifact, threads)``, ``stream(engine, text, max_new)`` (yields each token's text) and
     ``piece_ids(tokenizer)`` (token text -> id)."""
 

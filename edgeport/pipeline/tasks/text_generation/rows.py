@@ -71,7 +71,9 @@ def judge_any(support, variant: str, artifact: Path, session, budget: dict) -> V
     """A bundle variant is judged by its own runtime (from text); every other one by the prefill/decode loop."""
     bundle = support.bundle(variant)
     if bundle:
-        return bundle.impl().judge(artifact, session, budget)
+        from edgeport.pipeline.tasks.text_generation.bundle import judge
+
+        return judge(bundle.impl(), artifact, session, budget)
     return judge_generative(support, artifact, session, budget)
 
 
