@@ -81,6 +81,16 @@ def write_model_file(tmp_path: Path, body: str, name: str = "model.py") -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """An ONNX conversion of tests/models.py:mlp, per test module (a module may define its own ``converted``)."""
+    out = tmp_path_factory.mktemp("converted") / "out"
+    result = run_cli("convert", f"{REPO / 'tests' / 'models.py'}:mlp", "-t", "onnx", "--out", out, "--samples", "2",
+                     "--no-latency")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
 @pytest.fixture
 def fresh(converted, tmp_path):
     """A copy of the test module's ``converted`` output directory (its own fixture), for a test to alter."""

@@ -15,14 +15,6 @@ from conftest import REPO, read_report, run_cli
 MODELS = REPO / "tests" / "models.py"
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("converted") / "out"
-    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--samples", "2", "--no-latency")
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out
-
-
 def _fake_from_file(filename, shared=None, size=0, dtype=None, layout=None, device=None, pin_memory=None):
     return torch.empty(size, dtype=dtype or torch.float32, device="meta")
 

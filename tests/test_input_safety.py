@@ -13,14 +13,6 @@ from conftest import REPO, read_report, run_cli
 MODELS = REPO / "tests" / "models.py"
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("converted") / "out"
-    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--samples", "2", "--no-latency")
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out
-
-
 @pytest.mark.parametrize("command,name", [("validate", "report.md"), ("validate", "report.html"),
                                           ("validate", "report.json"), ("validate", "edgeport.log"),
                                           ("report", "report.md")])

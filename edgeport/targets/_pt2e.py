@@ -10,13 +10,14 @@ from typing import Callable, Iterable
 from edgeport.quantize.layers import owners
 
 
-def float_filter(job) -> Callable | None:
-    """A node predicate for a quantizer's annotator: False for the nodes of ``job.float_layers`` (and the ops
-    fused into them), which then stay float; None when every layer is quantized."""
-    wanted = set(job.float_layers or [])
+def float_filter(program, float_layers) -> Callable | None:
+    """A node predicate for a quantizer's annotator: False for the nodes of ``float_layers`` (and the ops
+    fused into them), which then stay float; None when every layer is quantized. Takes the program and the
+    layers (not a job) so a fallback search can ask for any candidate set."""
+    wanted = set(float_layers or [])
     if not wanted:
         return None
-    owner = owners(job.program, sorted(wanted))
+    owner = owners(program, sorted(wanted))
     return lambda node: owner.get(node.name) not in wanted
 
 

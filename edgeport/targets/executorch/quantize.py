@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from edgeport.targets.executorch._base import EagerRunner, QuantLayer, capture_mode, fx_layers, owners, to_torch
+from edgeport.targets.executorch._base import (EagerRunner, QuantLayer, capture_mode, float_filter, fx_layers, owners,
+                                               to_torch)
 from edgeport.targets.executorch.lower import cpu_tracing
 
 # the ops XNNPACK's quantizer annotates that carry a weight: what a user would keep float
@@ -26,15 +27,6 @@ SCHEMES = {"int8": "static int8 (PT2E, XNNPACK quantizer: per-channel symmetric 
 
 def layers(program, variant: str) -> list[QuantLayer]:
     return fx_layers(program, LAYER_OPS)
-
-
-def float_filter(program, float_layers: Sequence[str]) -> Callable | None:
-    """Quantizer node filter keeping ``float_layers`` (and the ops fused into them) float; None = all int8."""
-    wanted = set(float_layers or ())
-    if not wanted:
-        return None
-    owner = owners(program, sorted(wanted))
-    return lambda node: owner.get(node.name) not in wanted
 
 
 def only_filter(program, layer: str) -> Callable:

@@ -45,7 +45,7 @@ def convert(job: ConvertJob) -> Converted:
     elif job.variant == "int8":
         if not job.calibration_is_real:
             job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
-        module, quant_config = litert_quant.pt2e_int8(module, job, float_filter(job))
+        module, quant_config = litert_quant.pt2e_int8(module, job, float_filter(job.program, job.float_layers))
     edge = litert_torch.convert(module, args, quant_config=quant_config)
     edge.export(str(path))
     if job.variant == "int8":
