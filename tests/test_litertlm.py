@@ -95,6 +95,12 @@ def test_litertlm_bundle_is_token_exact_in_the_engine(tmp_path):
     listed = {a["path"]: a for a in manifest["artifacts"]}
     assert listed["litert/model.litertlm"]["sha256"] == row["sha256"]
     assert listed["litert/model.litertlm"]["size_bytes"] == row["size_bytes"]
+    # what the Android/iOS LLM screens check themselves against: the judged prompts as text, PyTorch's tokens as
+    # the pieces the engine streamed (the core's BundleCheck matches them)
+    bundle = {a["path"]: a for a in manifest["generation"]["artifacts"]}["litert/model.litertlm"]
+    sample = bundle["text_sample"]
+    assert len(sample["prompts"]) == g["prompts"] and sample["new_tokens"] == 12
+    assert sum(len(p["pieces"]) for p in sample["prompts"]) == g["tokens_total"]
     # edgeport generate runs the bundle through the engine (its default for litert when present), streaming
     gen = run_cli("generate", out, "-t", "litert", "--prompt", "The quick brown fox", "--max-new", "6")
     assert gen.returncode == 0, gen.stdout + gen.stderr
@@ -102,6 +108,19 @@ def test_litertlm_bundle_is_token_exact_in_the_engine(tmp_path):
     as_json = json.loads(run_cli("generate", out, "-t", "litert", "--prompt", "The quick brown fox", "--max-new", "6",
                                  "--json").stdout)
     assert as_json["variant"] == "fp32-litertlm" and len(as_json["tokens"]) >= 1 and -1 not in as_json["tokens"]
+
+
+def test_text_sample_is_the_reference_as_the_engine_streams_it():
+    """An app driving the bundle by text compares streamed pieces: one per reference token, which joined are the
+    reference's text, the prompt kept as the engine was fed it."""
+    from edgeport.pipeline.tasks.text_generation.bundle import text_sample
+
+    tok = bpe_tokenizer()
+    ids = tok("the quick brown fox jumps", add_special_tokens=False)["input_ids"]
+    sample = text_sample(tok, ["a prompt"], [ids], new_tokens=8)
+    assert sample["new_tokens"] == 8 and sample["prompts"][0]["text"] == "a prompt"
+    pieces = sample["prompts"][0]["pieces"]
+    assert len(pieces) == len(ids) and "".join(pieces) == tok.decode(ids)
 
 
 def test_export_hf_refusing_the_model_fails_only_that_row(tmp_path, monkeypatch):

@@ -131,3 +131,13 @@ def test_app_parsers_read_only_schema_fields(path, parse):
     for struct, names in ((s, n) for s, n in fields.items() if s in SCHEMA_PARTS):
         unknown = names - _schema_properties(SCHEMA_PARTS[struct])
         assert not unknown, f"{path}: {struct} reads {unknown}, which samples/manifest.schema.json does not define"
+
+
+def test_ios_llm_screen_reads_what_the_android_core_reads():
+    """The iOS LLM screen's structs (Core/BundleCheck.swift) read only fields the Android core reads too, whose
+    generation classes run against real edgeport output (tests/test_android_contract.py, test_litertlm.py)."""
+    kotlin = _kotlin_fields((REPO / "samples/android/core/src/main/kotlin/dev/edgeport/sample/core/Manifest.kt").read_text())
+    swift = _swift_fields((REPO / "samples/ios/EdgeportSample/Core/BundleCheck.swift").read_text())
+    for struct in ("GenerationArtifact", "TextSample", "TextPrompt"):
+        assert swift[struct] <= kotlin[struct], (struct, swift[struct] - kotlin[struct])
+    assert swift["GenerationManifest"] <= kotlin["EdgeportManifest"] and "text_sample" in swift["GenerationArtifact"]

@@ -25,6 +25,7 @@ struct ContentView: View {
                     }
                 }
                 Section { Text(message) }
+                Section { NavigationLink("LLM: model.litertlm (LiteRT-LM)") { LlmView() } }
             }
             .navigationTitle("edgeport · LiteRT")
             .toolbar {

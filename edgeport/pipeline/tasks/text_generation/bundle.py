@@ -38,7 +38,18 @@ def judge(impl, artifact: Path, session, budget: dict) -> Verdict:
                                  f"{counted[0][1]} (start token or tokenizer differ)")
     expected = reference_tokens(layout, session.programs, ids, impl.model_dir(layout.to_json()))
     got = [[table.get(p, -1) for p in pieces] for pieces, _ in runs]
-    return verdict(expected, got, [b for _, b in runs], ids, dropped, session, budget, impl.JUDGED_BY)
+    result = verdict(expected, got, [b for _, b in runs], ids, dropped, session, budget, impl.JUDGED_BY)
+    result.details["generation"]["text_sample"] = text_sample(tokenizer, texts, expected, layout.gen_tokens)
+    return result
+
+
+def text_sample(tokenizer, texts: list[str], expected: list[list[int]], new_tokens: int) -> dict:
+    """What an app driving the bundle by text checks itself against (manifest.json's ``text_sample``): each
+    judged prompt as the text the engine was fed, and PyTorch's greedy tokens as the pieces the engine streams
+    (one token's text each; cut at eos, where the engine stops)."""
+    return {"new_tokens": new_tokens,
+            "prompts": [{"text": text, "pieces": [tokenizer.decode([t], skip_special_tokens=False) for t in ref]}
+                        for text, ref in zip(texts, expected)]}
 
 
 def reference_tokens(layout, programs: dict, prompts: list[list[int]], model: Path) -> list[list[int]]:

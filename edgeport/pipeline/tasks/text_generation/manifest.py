@@ -5,7 +5,8 @@ with everything an app needs to drive the artifacts:
 - ``signatures``: each signature's inputs and outputs as the exported program has them (roles, shapes, dtypes);
 - ``artifacts``: per target x variant, the path (sha256, size, which path built it: ``built_by``; a
   ``.litertlm`` bundle is one of them) and each signature's I/O as its runtime sees it (names,
-  runtime dtypes; each output's ``role`` says which input it feeds on the next call);
+  runtime dtypes; each output's ``role`` says which input it feeds on the next call); a bundle an engine
+  drives by text (``.litertlm``) has a ``text_sample`` instead: prompts as text, PyTorch's tokens as pieces;
 - ``cache``: the cache tensors (layer, key/value/length, shape, dtype) and ``cache_len``;
 - ``eos_token_ids``, ``bos_token_id``, ``vocab_size``, ``prefill_lens``, how to feed each role (``feeding``);
 - ``parity_sample``: the judged prompts' ids and the reference's greedy tokens, so an app can check itself;
@@ -50,7 +51,9 @@ def generation_manifest(spec: str, session, rows: list[dict], out_dir: Path) -> 
             "signatures": layout.signatures, "feeding": FEEDING,
             "artifacts": [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
                            "sha256": r.get("sha256"), "size_bytes": r.get("size_bytes"), "built_by": r.get("built_by"),
-                           "signatures": r.get("signatures")} for r in rows if r.get("artifact")],
+                           "signatures": r.get("signatures"),
+                           "text_sample": (r.get("generation") or {}).get("text_sample")}
+                          for r in rows if r.get("artifact")],
             "parity_sample": parity_sample(session),
             "tokenizer": "tokenizer" if tokenizer.is_dir() else None,
         },

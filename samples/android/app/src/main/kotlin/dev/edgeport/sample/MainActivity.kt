@@ -1,5 +1,6 @@
 package dev.edgeport.sample
 
+import android.content.Intent
 import android.graphics.Typeface
 import android.os.Bundle
 import android.widget.Button
@@ -17,7 +18,8 @@ import dev.edgeport.sample.core.ParityCheck
  * Runs the edgeport artifact bundled in assets/edgeport/ (`edgeport bundle DIR --android samples/android`)
  * with LiteRT's CompiledModel API and shows how it compares with PyTorch:
  * - a forward model: its outputs on the parity sample, their error against the reference, and latency;
- * - a text-generation model: the parity sample's prompts through the greedy loop, tokens vs the reference.
+ * - a text-generation model: the parity sample's prompts through the greedy loop, tokens vs the reference;
+ *   its `.litertlm` bundle (`--litertlm`), run by LiteRT-LM, is the LLM screen's (LlmActivity.kt).
  *
  * Everything but the screen and LiteRT (LiteRtRunner.kt) is the plain-Kotlin `core` module, which the
  * project's CI compiles and runs against real edgeport output.
@@ -33,6 +35,10 @@ class MainActivity : ComponentActivity() {
             setPadding(32, 32, 32, 32)
             addView(Button(context).apply { text = "Run on CPU"; setOnClickListener { runInBackground(Accelerator.CPU) } })
             addView(Button(context).apply { text = "Run on GPU"; setOnClickListener { runInBackground(Accelerator.GPU) } })
+            addView(Button(context).apply {
+                text = "LLM: model.litertlm (LiteRT-LM)"
+                setOnClickListener { startActivity(Intent(context, LlmActivity::class.java)) }
+            })
             addView(report)
         }
         setContentView(ScrollView(this).apply { addView(layout) })

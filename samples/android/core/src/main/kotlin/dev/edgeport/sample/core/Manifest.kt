@@ -105,6 +105,9 @@ data class Generation(
     fun artifact(target: String, variant: String): GenerationArtifact =
         artifacts.firstOrNull { it.target == target && it.variant == variant }
             ?: throw IllegalArgumentException("no $target $variant text-generation artifact in manifest.json")
+
+    /** The target's app-ready bundle (`--litertlm`), when the conversion wrote one. */
+    fun bundle(target: String): GenerationArtifact? = artifacts.firstOrNull { it.target == target && it.isBundle }
 }
 
 /** One cache tensor of the layout: `kind` is key, value or length (the layer's next write slot). */
@@ -117,8 +120,22 @@ data class GenerationArtifact(
     val variant: String,
     val path: String,
     val status: String,
-    val signatures: Map<String, SignatureIO>?,   // null when the artifact did not load
-)
+    val signatures: Map<String, SignatureIO>?,   // null when the artifact did not load (and for a bundle)
+    @SerialName("text_sample") val textSample: TextSample? = null,  // a bundle an engine drives by text
+) {
+    /** A `.litertlm` bundle: LiteRT-LM runs it from text (BundleCheck), not signature by signature. */
+    val isBundle: Boolean get() = path.endsWith(".litertlm")
+}
+
+/**
+ * What an app driving a bundle by text checks itself against: each judged prompt as the text the engine
+ * was fed, and PyTorch's greedy tokens as the pieces the engine streams (one token's text each, cut at eos).
+ */
+@Serializable
+data class TextSample(@SerialName("new_tokens") val newTokens: Int, val prompts: List<TextPrompt>)
+
+@Serializable
+data class TextPrompt(val text: String, val pieces: List<String>)
 
 @Serializable
 data class SignatureIO(val inputs: List<RuntimeTensor>, val outputs: List<RuntimeTensor>)

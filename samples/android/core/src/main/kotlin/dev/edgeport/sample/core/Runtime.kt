@@ -22,6 +22,14 @@ interface ModelRunner : AutoCloseable {
     override fun close() {}
 }
 
+/**
+ * An LLM runtime that takes text and streams each generated token's text (on Android LiteRT-LM's engine: app/…/LiteRtLmEngine.kt);
+ * greedy, at most [maxTokens] tokens, the prompt fed as-is (no chat template), stopping at eos.
+ */
+fun interface TextEngine {
+    fun generate(prompt: String, maxTokens: Int, onPiece: (String) -> Unit)
+}
+
 /** The parity sample an artifact points to: its index and every tensor file, checked against the index. */
 class ParitySample(val index: ParitySampleIndex, val inputs: List<Tensor>, val outputs: List<Tensor>) {
     companion object {
