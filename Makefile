@@ -24,7 +24,7 @@ JOBS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))
 test:
 	bash scripts/web-deps.sh
 	PY=$(PY) bash scripts/kotlin-deps.sh >/dev/null
-	$(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile tests
+	$(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile --no-loadscope-reorder tests
 
 test-slow:
 	bash scripts/web-deps.sh

@@ -15,6 +15,17 @@ import pytest
 import models  # noqa: F401,E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The files whose conversions take the most CPU, first: `make test` hands whole files to its workers in
+# collection order (--dist loadfile --no-loadscope-reorder), so the long ones overlap instead of one running
+# alone at the end while the other worker idles. test_generative builds the shared Llama conversion early;
+# test_android_contract, its other reader, comes later and finds it built instead of waiting for it.
+HEAVY_FIRST = ("test_generative.py", "test_sliding_window.py", "test_gate_trust.py", "test_rewrites.py")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
 REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
 
@@ -81,14 +92,58 @@ def write_model_file(tmp_path: Path, body: str, name: str = "model.py") -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+def shared_output(tmp_path_factory, name: str, build) -> Path:
+    """A directory ``build(path)`` fills ONCE per test session, however many xdist workers ask for it: the first
+    holds a file lock while it builds, the others wait and reuse it (a conversion several test files judge costs
+    minutes of CPU on two cores each time it runs). Readers must not alter it: copy it first (as ``fresh`` does)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"  # the session's, not a worker's
+    root.mkdir(exist_ok=True)
+    path, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            build(path)
+            done.touch()
+    return path
+
+
+@pytest.fixture(scope="session")
+def llama_generation(tmp_path_factory):
+    """A tiny Llama (tokenizer included) converted with --task text-generation for EVERY generative target, with
+    latency: (model dir, DIR). test_generative judges it and the Android contract replays its LiteRT artifact,
+    so it converts once per session (its own empty conversion cache)."""
+    import tiny_lm
+    from edgeport.targets import registry
+
+    def build(root: Path) -> None:
+        model_dir = tiny_lm.save(tiny_lm.build("llama"), root / "llama", tokenizer=True)
+        targets = [a for t in registry.all_targets() if t.generative for a in ("-t", t.name)]
+        env = {**os.environ, "EDGEPORT_CACHE": str(root / "cache")}
+        result = run_cli("convert", f"hf:{model_dir}", *targets, *tiny_lm.GEN_ARGS, "--out", root / "dist",
+                         timeout=1800, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    root = shared_output(tmp_path_factory, "llama-generation", build)
+    return root / "llama", root / "dist"
+
+
+@pytest.fixture(scope="session")
 def converted(tmp_path_factory):
-    """An ONNX conversion of tests/models.py:mlp, per test module (a module may define its own ``converted``)."""
-    out = tmp_path_factory.mktemp("converted") / "out"
-    result = run_cli("convert", f"{REPO / 'tests' / 'models.py'}:mlp", "-t", "onnx", "--out", out, "--samples", "2",
-                     "--no-latency")
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out
+    """An ONNX conversion of tests/models.py:mlp, once per session (a module may define its own ``converted``).
+    Read-only: a test that alters it takes ``fresh``."""
+    def build(root: Path) -> None:
+        env = {**os.environ, "EDGEPORT_CACHE": str(root / "cache")}
+        result = run_cli("convert", f"{REPO / 'tests' / 'models.py'}:mlp", "-t", "onnx", "--out", root / "out",
+                         "--samples", "2", "--no-latency", env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    return shared_output(tmp_path_factory, "converted", build) / "out"
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The Android sample's plain-Kotlin core (samples/android/core: manifest model, parity sample reader, parity
 math, the generation loop's bookkeeping) compiled with kotlinc and run on the JVM against real edgeport output
 written in this session: the demo model (tiny_cnn, LiteRT fp32 + static int8) and a tiny Llama converted for
-text generation (LiteRT).
+text generation (its LiteRT artifact: the session's shared conversion, conftest's llama_generation).
 
 No Android runtime runs here, so the runtime's side is recorded in Python: ai-edge-litert runs each artifact as
 edgeport does, and every call's feeds and outputs are written to disk. The Kotlin driver (tests/kotlin/
@@ -38,7 +38,6 @@ CORE_TESTS = REPO / "samples" / "android" / "core" / "src" / "test" / "kotlin"
 JUNIT = Path("/usr/share/java/junit4.jar")  # Debian's junit4 (scripts/system-deps.sh); finds hamcrest by itself
 DRIVER = REPO / "tests" / "kotlin" / "ContractMain.kt"
 MAIN_CLASS = "dev.edgeport.sample.contract.ContractMainKt"
-GEN_ARGS = ("--prefill-len", "4", "--prefill-len", "8", "--cache-len", "24", "--gen-tokens", "5", "--samples", "3")
 STOP_AT = 2  # the eos check: the first prompt's token at this step plays eos
 
 
@@ -155,19 +154,16 @@ def renamed_copy(src, dst, old: str, new: str):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
+def converted(tmp_path_factory, llama_generation):
     """The demo model (LiteRT fp32 + int8, one parity sample so report.json's numbers are the sample's) and a
-    tiny Llama for text generation (LiteRT), each with its runtime calls recorded."""
+    tiny Llama for text generation (the shared conversion's LiteRT artifact), each with its runtime calls recorded."""
     root = tmp_path_factory.mktemp("android")
     demo = root / "demo"
     result = run_cli("convert", f"{REPO / 'samples' / 'models' / 'tiny_cnn.py'}:build", "-t", "litert", "-q", "int8",
                      "--samples", "1", "--no-latency", "--out", demo)
     assert result.returncode == 0, result.stdout + result.stderr
     record_forward(demo, root / "demo-replay")
-    model_dir = tiny_lm.save(tiny_lm.build("llama"), root / "llama")
-    llm = root / "llm"
-    result = run_cli("convert", f"hf:{model_dir}", "-t", "litert", *GEN_ARGS, "--no-latency", "--out", llm, timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
+    _, llm = llama_generation  # only read here: renamed copies and recordings go to root
     extra_prompts = [list(range(20, 31)), [7]]
     extra_tokens = record_generation(llm, root / "llm-replay", extra_prompts)
     return {"root": root, "demo": demo, "llm": llm, "extra_tokens": extra_tokens,
@@ -263,7 +259,7 @@ def test_kotlin_generation_loop_gives_the_reference_tokens(converted, kotlin):
     manifest = json.loads((converted["llm"] / "manifest.json").read_text())
     sample = manifest["generation"]["parity_sample"]
     assert result["tokens"] == [p["tokens"] for p in sample["prompts"]]
-    assert len(result["tokens"]) == 3 and all(len(t) == 5 for t in result["tokens"])
+    assert len(result["tokens"]) == tiny_lm.PROMPTS and all(len(t) == tiny_lm.NEW for t in result["tokens"])
     row = next(r for r in converted["llm_report"]["targets"] if (r["target"], r["variant"]) == ("litert", "fp32"))
     assert result["matched"] == result["total"] == row["generation"]["tokens_matched"] == row["generation"]["tokens_total"]
     # a prompt longer than every prefill (chunked through decode) and a one-token prompt: edgeport's tokens

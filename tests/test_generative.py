@@ -1,7 +1,8 @@
 """Generative models end to end: tiny causal LMs (built here, saved with save_pretrained) converted with
 --task text-generation for every target, judged by the tokens they generate.
 
-The default suite converts one family (Llama) for all three targets ONCE (module fixture) and checks
+The default suite converts one family (Llama) for every target ONCE (conftest's llama_generation, which the
+Android contract test replays too) and checks
 everything on it: token-exact greedy generation, signatures, manifest, `generate`, `validate` catching a
 corrupted decode graph with the right first divergence, bad input. The other families, the quantized
 variants and LiteRT's one-kv-head exactness are `slow` (pytest -m slow tests/test_generative.py):
@@ -19,10 +20,9 @@ import tiny_lm
 from conftest import read_report, run_cli
 from edgeport.targets import registry
 
+from tiny_lm import CACHE, GEN_ARGS, LENS, NEW, PROMPTS
+
 TARGETS = tuple(t.name for t in registry.all_targets() if t.generative)  # every target that declares support
-LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
-GEN_ARGS = ("--prefill-len", "4", "--prefill-len", "8", "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
-            "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1")
 
 
 def convert(model_dir, out, *extra, targets=TARGETS):
@@ -31,12 +31,9 @@ def convert(model_dir, out, *extra, targets=TARGETS):
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    root = tmp_path_factory.mktemp("generative")
-    model_dir = tiny_lm.save(tiny_lm.build("llama"), root / "llama", tokenizer=True)
-    out = root / "dist"
-    result = convert(model_dir, out)
-    assert result.returncode == 0, result.stdout + result.stderr
+def llama(llama_generation):
+    """The session's shared conversion (conftest): every target, with latency. Tests copy it before altering it."""
+    model_dir, out = llama_generation
     return model_dir, out, read_report(out)
 
 

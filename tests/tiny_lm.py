@@ -85,3 +85,10 @@ def save(model, path: Path, tokenizer: bool = False) -> Path:
     if tokenizer:
         word_tokenizer().save_pretrained(path)
     return path
+
+
+# The shared text-generation conversion (tests/conftest.py: llama_generation): Llama on every generative target,
+# prefill lengths LENS, CACHE slots, NEW tokens generated for each of PROMPTS judged prompts.
+LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
+GEN_ARGS = (*[a for n in LENS for a in ("--prefill-len", str(n))], "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
+            "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1")
