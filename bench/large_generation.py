@@ -4,6 +4,7 @@ bytes, artifact bytes (every file), token-exact?, decode tokens/s and % of the m
     python bench/large_generation.py build qwen3-0.6b MODEL_DIR        # random init from the published config
     python bench/large_generation.py run MODEL_DIR -t litert -q weight-int8 -q int4-block32 --out OUT
     python bench/large_generation.py table OUT...                      # one markdown row per target x variant
+    python bench/large_generation.py estimate MODEL_DIR [--cache-len C]  # bytes/token, bound, HBM fit by shapes
 
 ``build`` writes a Hugging Face directory (``save_pretrained``) with a random-init model shaped like the
 published Qwen3-0.6B or Llama-3.2-1B (configs below, copied from their ``config.json``; nothing downloads)
@@ -117,6 +118,39 @@ def run(args) -> None:
     print(f"exit {proc.returncode}, {seconds:.0f} s, peak RSS {facts['peak_rss_bytes']}")
 
 
+def estimate(model_dir: Path, cache_lens: list[int]) -> None:
+    """From the config alone: fp32 bytes a decode step reads, the bandwidth bound here, and which TPU
+    generations hold decode's arguments (weights + KV cache) on one chip -- shapes only; the TPU target's
+    compile table (libtpu's memory analysis, padded tiles) is the authority."""
+    from edgeport.targets.tpu.aot import GENERATIONS
+
+    config, weights = (CONFIGS[str(model_dir)], meta_weight_bytes(str(model_dir))) if str(model_dir) in CONFIGS \
+        else (json.loads((model_dir / "config.json").read_text()), weight_bytes(model_dir))
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    per_slot = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * head_dim * 4
+    bandwidth = memory_bandwidth()
+    print(f"{model_dir.name}: fp32 weights {weights / 1e9:.2f} GB, KV {per_slot / 1e3:.1f} KB/slot, "
+          f"copy bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print("| cache len | KV GB | decode reads GB/token | bound tok/s | " + " | ".join(GENERATIONS) + " |")
+    print("|---|---|---|---|" + "---|" * len(GENERATIONS))
+    for c in cache_lens:
+        total = weights + per_slot * c
+        fits = ["fits 1 chip" if total <= g.hbm_bytes else f"{-(-total // g.hbm_bytes)} chips" for g in GENERATIONS.values()]
+        print(f"| {c} | {per_slot * c / 1e9:.2f} | {total / 1e9:.2f} | {bandwidth / total:.2f} | " + " | ".join(fits) + " |")
+
+
+def meta_weight_bytes(name: str) -> int:
+    """fp32 bytes of a published config's parameters, counted on the meta device (nothing allocated)."""
+    import torch
+    import transformers as T
+
+    spec = dict(CONFIGS[name])
+    config = T.AutoConfig.for_model(spec.pop("model_type"), **spec)
+    with torch.device("meta"):
+        model = T.AutoModelForCausalLM.from_config(config)
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
 def memory_bandwidth() -> float:
     from generation import memory_bandwidth as measure
 
@@ -201,6 +235,9 @@ def main() -> None:
     r.add_argument("--timeout", type=int, default=3600)
     r.add_argument("--drop-artifacts", action="store_true", help="delete files over 64 MiB once measured")
     r.add_argument("extra", nargs="*", help="more edgeport convert options after --")
+    e = sub.add_parser("estimate")
+    e.add_argument("model", type=Path, help="a model directory, or a config name: " + ", ".join(CONFIGS))
+    e.add_argument("--cache-len", type=int, action="append")
     t = sub.add_parser("table")
     t.add_argument("outs", nargs="+", type=Path)
     args = parser.parse_args()
@@ -208,6 +245,8 @@ def main() -> None:
         build(args.name, args.where)
     elif args.cmd == "run":
         run(args)
+    elif args.cmd == "estimate":
+        estimate(args.model, args.cache_len or [256, 4096, 32768])
     else:
         table(args.outs)
 
