@@ -4,7 +4,9 @@
 Why separate graphs rather than one graph with optional past key values: every shape stays static (a
 prefill length, one decode token, the cache at ``--cache-len``), which is the contract LiteRT and TPU
 artifacts have too, so an app drives all of them the same way; and the exported programs already are
-separate. The cost: each graph carries its own copy of the weights.
+separate. Their weights are stored once: every graph reads its initializers from one ``weights.data``
+beside the graphs (:mod:`.shared_weights`; each graph exported alone carried every weight, 2 x 4.9 GB
+for a 1B model in fp32).
 
 Inputs keep the layout's role names; outputs are ``logits`` and ``present_<k|v|len>_<l>`` (onnxruntime
 refuses a model whose output has an input's name: "Duplicate definition of name"), each feeding the input
@@ -26,6 +28,7 @@ def artifact_dir(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
+    from edgeport.targets.onnx.shared_weights import share_weights
     from edgeport.targets.onnx.target import describe, int8_kernels
 
     fp32 = artifact_dir(job.out_dir, "fp32")
@@ -33,14 +36,17 @@ def convert(job: GenerativeJob) -> Converted:
         fp32.mkdir(parents=True, exist_ok=True)
         for name, program in job.programs.items():
             _export(program, job.samples[name], fp32 / f"{name}.onnx")
+        shared = share_weights([fp32 / f"{n}.onnx" for n in job.programs])
     if job.variant == "fp32":
-        return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs}})
+        return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs},
+                                "shared_weights": shared})
     out = artifact_dir(job.out_dir, job.variant)
     out.mkdir(parents=True, exist_ok=True)
     for name in job.programs:
         QUANTIZERS[job.variant](fp32 / f"{name}.onnx", out / f"{name}.onnx", job)
+    shared = share_weights([out / f"{n}.onnx" for n in job.programs])
     return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in job.programs},
-                           "int8_kernels": int8_kernels(job)})
+                           "int8_kernels": int8_kernels(job), "shared_weights": shared})
 
 
 def _export(program, sample: dict, path: Path) -> None:
@@ -62,7 +68,10 @@ def _output_names(program) -> list[str]:
 def _dynamic_int8(src: Path, dst: Path, job: GenerativeJob) -> None:
     from edgeport.targets.onnx.target import _dynamic_int8 as quantize
 
-    quantize(src, dst, job)  # reads only job.options (the --onnx-int8 kernels)
+    # reads only job.options (the --onnx-int8 kernels). External data: a 1B model's int8 graph (its fp32
+    # embedding table stays float: Gather is not quantized) is past protobuf's 2 GB; share_weights then
+    # gathers every graph's data into one file
+    quantize(src, dst, job, use_external_data_format=True)
 
 
 QUANTIZERS = {"dynamic-int8": _dynamic_int8}

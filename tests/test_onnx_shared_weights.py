@@ -1,0 +1,51 @@
+"""A generative ONNX artifact's graphs read one weights file: each weight stored once however many graphs
+use it (2 x the fp32 weights on disk for a 1B model before), and every graph still computes the same."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from edgeport.targets.onnx.shared_weights import WEIGHTS_FILE, share_weights
+
+
+def graph(path, weight, extra, external: bool):
+    """y = (x @ W) + b: W shared between the graphs, b each graph's own."""
+    inits = [numpy_helper.from_array(weight, "W"), numpy_helper.from_array(extra, "b"),
+             numpy_helper.from_array(np.array([1, 64], np.int64), "shape")]  # small: stays inline
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["s"]),
+             helper.make_node("Reshape", ["s", "shape"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    if external:  # as torch.onnx saves a graph over 2 GB: its own data file beside it
+        onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data", size_threshold=1024)
+    else:
+        onnx.save(model, str(path))
+
+
+def run(path, x):
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def test_graphs_share_one_weights_file(tmp_path):
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 64), dtype=np.float32)
+    paths = [tmp_path / "prefill_4.onnx", tmp_path / "prefill_8.onnx", tmp_path / "decode.onnx"]
+    extras = [rng.standard_normal(64, dtype=np.float32) for _ in paths]
+    for i, (path, extra) in enumerate(zip(paths, extras)):
+        graph(path, weight, extra, external=i == 0)
+    x = rng.standard_normal((1, 64), dtype=np.float32)
+    before = [run(p, x) for p in paths]
+
+    details = share_weights(paths)
+
+    # W once (its two repeats counted as saved); each graph's b (256 bytes) and shape stay inline
+    assert details["tensors"] == 1 and details["bytes_saved"] == 2 * weight.nbytes
+    assert details["bytes"] == (tmp_path / WEIGHTS_FILE).stat().st_size == weight.nbytes
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted([WEIGHTS_FILE] + [p.name for p in paths])
+    for path, expected in zip(paths, before):
+        assert path.stat().st_size < 2000, "the graph itself holds no weight"
+        np.testing.assert_array_equal(run(path, x), expected)
+        model = onnx.load(str(path))  # onnx resolves the shared file too (what the quantizer reads)
+        assert numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "W")).tolist() == weight.tolist()
