@@ -118,7 +118,8 @@ def run_row(target, variant: str, session, staging: Path, budget: dict, required
     record_artifact(row, built.converted, staging, start)
     row.note(*built.notes)
     cached = " (artifact from the cache)" if row.details.get("cache") == "hit" else ""
-    scoped(session.progress, f"{target.name} {variant}")(f"judge: load, run, parity, latency{cached}")
+    timed = ", latency" if session.judge.latency else ""
+    scoped(session.progress, f"{target.name} {variant}")(f"judge: load, run, parity{timed}{cached}")
     start = time.perf_counter()
     with redirected(log):  # runtimes log too (e.g. delegate creation)
         task.judge(row, target, built, session, staging)
