@@ -54,7 +54,10 @@ def files_to_bundle(out_dir: Path) -> list[Path]:
     if not isinstance(artifacts, list) or not all(isinstance(a, dict) for a in artifacts):
         raise UsageError(f"{manifest_path} has no list of artifacts")
     files = [Path("manifest.json")]
-    files += [rel for rel in (inside(out_dir, a.get("path"), "artifact path") for a in artifacts) if (out_dir / rel).is_file()]
+    for artifact in artifacts:
+        rel = inside(out_dir, artifact.get("path"), "artifact path")
+        if (out_dir / rel).exists():  # a failed row's artifact may be gone: nothing of it is bundled then
+            files += artifact_files(out_dir, artifact, rel)
     for index_text in dict.fromkeys(a["parity_sample"] for a in artifacts if a.get("parity_sample")):
         index = inside(out_dir, index_text, "parity_sample")
         entries = _json(out_dir / index, "parity sample index")
@@ -68,6 +71,24 @@ def files_to_bundle(out_dir: Path) -> list[Path]:
                 raise UsageError(f"{out_dir / index} names {entry.get('file')!r}, which {out_dir} does not have")
             files.append(rel)
     return list(dict.fromkeys(files))
+
+
+def artifact_files(out_dir: Path, artifact: dict, rel: Path) -> list[Path]:
+    """Every file the manifest lists for an artifact (its ``files``: external data, weights, executables,
+    tokenizer), each present with the size and sha256 recorded; a manifest without the list (older
+    edgeport) names only ``path``."""
+    from edgeport.core.files import file_problem
+
+    entries = artifact.get("files")
+    if not entries:
+        return [rel] if (out_dir / rel).is_file() else []
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UsageError(f"{out_dir / 'manifest.json'}: the files of {artifact.get('path')!r} are not a list of files")
+    paths = [inside(out_dir, e.get("path"), "artifact file") for e in entries]
+    problem = file_problem(out_dir, entries)
+    if problem:
+        raise UsageError(f"{out_dir}: {problem}; refusing to bundle an incomplete artifact")
+    return paths
 
 
 def asset_dir(app_dir: Path, platform: str) -> Path:

@@ -110,6 +110,11 @@ class Cache:
         _touch(entry / "meta.json")
         return meta.get("data") or {}
 
+    def discard(self, key: str) -> bool:
+        """Drop an entry a caller found incomplete (e.g. an artifact without a side file it needs), so the
+        next store of the same key replaces it instead of losing to it."""
+        return self._drop(self.entry_dir(key))
+
     def peek(self, key: str) -> dict | None:
         """The entry's data without its files (e.g. a cached verdict), or None."""
         meta = self._meta(self.entry_dir(key))

@@ -3,6 +3,7 @@ and the others convert, a task whose worker dies is retried, each model gets the
 fleet its fleet.json/md/html. Bad fleet files and unreachable clusters are exit 2, before Ray starts (or
 within a bounded time)."""
 
+import hashlib
 import json
 import shutil
 import socket
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO, read_report, run_cli
+from conftest import REPO, read_manifest, read_report, run_cli
 
 FLEET = """
 [defaults]
@@ -307,6 +308,10 @@ def test_fleet_on_a_running_cluster_ships_files_through_ray(tmp_path):
     report = read_report(root / "out" / "mlp")
     for row in report["targets"]:
         assert (root / "out" / "mlp" / row["artifact"]).is_file() and row["status"] == "ok"
+    for artifact in read_manifest(root / "out" / "mlp")["artifacts"]:   # every file came back from its node
+        for item in artifact["files"]:
+            data = (root / "out" / "mlp" / item["path"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == item["sha256"], item["path"]
     assert (root / "out" / "mlp" / "exported.pt2").is_file() and not (root / "out" / "ray-logs").exists()
     assert any((tmp_path / "node-cache").rglob("meta.json")), "the node's own cache was used"
 

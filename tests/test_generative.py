@@ -87,6 +87,12 @@ def test_signatures_and_manifest(llama):
     onnx_outputs = {t["name"]: t["role"] for t in by_target["onnx"]["decode"]["outputs"]}
     assert onnx_outputs["present_k_0"] == "cache_k_0" and onnx_outputs["logits"] == "logits"
     assert [t["name"] for t in by_target["tpu"]["prefill_4"]["inputs"]] == ["input_ids", "position_ids", "cache_len_0", "cache_len_1"]
+    for artifact in manifest["artifacts"]:   # every file of each artifact, the tokenizer an app needs included
+        paths = [f["path"] for f in artifact["files"]]
+        assert "tokenizer/tokenizer.json" in paths and paths[0].startswith(artifact["path"]), paths
+        assert all((out / f["path"]).stat().st_size == f["size_bytes"] for f in artifact["files"])
+    tpu_files = [f["path"] for f in next(a for a in manifest["artifacts"] if a["target"] == "tpu")["files"]]
+    assert "tpu/generate_fp32/weights.safetensors" in tpu_files
     tflite = out / rows_of(report)[("litert", "fp32")]["artifact"]
     assert list(Interpreter(model_path=str(tflite)).get_signature_list()) == ["prefill_4", "prefill_8", "decode"]
 

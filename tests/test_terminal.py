@@ -109,3 +109,47 @@ def test_report_rows_without_a_target_are_bad_input(tmp_path):
     (out / "report.json").write_text(json.dumps(report))
     result = run_cli("report", out)
     assert result.returncode == 2 and "row 0" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_long_work_shows_each_targets_steps_with_elapsed_time_in_a_ci_log(tmp_path):
+    """Issue 21 item 4: without a terminal every step of every target is one plain line with the elapsed
+    time and a UTC timestamp (no colour codes, no per-percent spam)."""
+    import re
+
+    out = tmp_path / "out"
+    result = run_piped("convert", f"{MODELS}:mlp", "-t", "onnx", "-t", "litert", "-t", "tpu", "--tpu-topology", "v5e:1x1",
+                       "--samples", "2", "--no-latency", "--jobs", "1", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
+    step = re.compile(r"^edgeport: (\w+) fp32: (.+) \[\+(\d+\.\ds|\d+m\d\ds), \d\d:\d\d:\d\dZ(; previous step [^\]]+)?\]$")
+    steps: dict[str, list[str]] = {}
+    for line in result.stdout.splitlines():
+        match = step.match(line)
+        if match:
+            steps.setdefault(match[1], []).append(match[2])
+    assert steps.get("onnx", [])[:2] == ["torch.onnx export", "serialization"], steps
+    assert steps.get("litert", [])[:2] == ["litert_torch conversion", "serialization"], steps
+    assert steps.get("tpu", [])[:3] == ["lowering (torchax)", "jax.export serialization", "compile v5e:1x1"], steps
+    for target in ("onnx", "litert", "tpu"):
+        assert steps[target][-1].startswith("judge"), steps[target]
+    assert len(result.stdout.splitlines()) < 60                              # one line per step, not per percent
+
+
+def test_the_status_line_keeps_counting_the_current_steps_time():
+    """On a terminal the status line is re-rendered by Rich: its text is computed at render time."""
+    import re
+
+    from edgeport.cli.app import Ticking
+    from edgeport.core.progress import Clock
+
+    now = [100.0]
+    clock = Clock(now=lambda: now[0])
+    now[0] = 103.0
+    assert clock.begin("tpu fp32: compile v5e:2x2") == 3.0
+    now[0] = 170.0
+    assert Ticking(clock).__rich__().plain == "tpu fp32: compile v5e:2x2 (1m07s, total 1m10s)"
+    now[0] = 171.0                                                            # the next refresh, no new step
+    assert Ticking(clock).__rich__().plain == "tpu fp32: compile v5e:2x2 (1m08s, total 1m11s)"
+    took = clock.begin("tpu fp32: judge")
+    assert re.fullmatch(r"edgeport: tpu fp32: judge \[\+1m11s, \d\d:\d\d:\d\dZ; previous step 1m08s\]",
+                        clock.line("tpu fp32: judge", took))

@@ -1,6 +1,7 @@
 """Rows of one convert in worker processes: the same output as one after another, a crashing worker fails
 only its row, TPU compiles split per topology, and timing waits until nothing else runs."""
 
+import hashlib
 import json
 import os
 from collections import deque
@@ -43,6 +44,13 @@ def test_parallel_rows_match_sequential_and_split_tpu_compiles(tmp_path):
     assert [(c["topology"], c["ok"]) for c in rows["tpu"]["tpu_compile"]] == [("v5e:1x1", True), ("v6e:1x1", True)]
     meta = json.loads((tmp_path / "par" / "tpu" / "fp32" / "meta.json").read_text())
     assert sorted(meta["executables"]) == ["v5e:1x1", "v6e:1x1"]
+    # the split row's file list names piece 1's executable too, digested after meta.json was merged
+    files = {f["path"]: f for f in rows["tpu"]["files"]}
+    assert {"tpu/fp32/executables/v5e_1x1.tpu_exec", "tpu/fp32/executables/v6e_1x1.tpu_exec",
+            "tpu/fp32/meta.json", "tpu/fp32/weights.safetensors"} <= set(files), sorted(files)
+    for path, item in files.items():
+        assert hashlib.sha256((tmp_path / "par" / path).read_bytes()).hexdigest() == item["sha256"], path
+    assert sorted(files) == sorted(f["path"] for f in {r["target"]: r for r in seq["targets"]}["tpu"]["files"])
     for r in rows.values():
         assert r["latency_ms"]["p50"] > 0 and r["parity_sample"] == f"{r['target']}/parity_sample/index.json"
     for name in ("litert", "onnx"):

@@ -69,11 +69,14 @@ def with_progress(work):
 
     from edgeport.core.proc import terminal_stream
 
+    from edgeport.core.progress import Clock
+
     console = Console(file=terminal_stream(2), stderr=True)
-    steps = Console(file=terminal_stream(1), highlight=False)
+    steps = Console(file=terminal_stream(1), highlight=False, soft_wrap=True)
+    clock = Clock()
     try:
-        with console.status("starting") as status:
-            return work(lambda message: show_step(console, steps, status, message))
+        with console.status(Ticking(clock)) as status:
+            return work(lambda message: show_step(console, steps, status, clock, message))
     except UsageError as exc:
         fail_usage(str(exc))
     except SystemExit as exc:  # edgeport never calls sys.exit while working: the model's or data's code did
@@ -106,12 +109,28 @@ def native_output_to(log: Path) -> None:
     os.close(target)
 
 
-def show_step(console, steps, status, message: str) -> None:
-    """On a terminal the status line changes; in a CI log (no terminal, no spinner) each step is a line on
-    stdout, beside the summary it leads to (stderr stays for errors)."""
-    status.update(f"[bold]{escape(message)}")
+def show_step(console, steps, status, clock, message: str) -> None:
+    """On a terminal the status line changes (the step and its running time, redrawn by Rich); in a CI log
+    (no terminal, no spinner) each step is one plain line on stdout with the elapsed time and a UTC
+    timestamp, beside the summary it leads to (stderr stays for errors)."""
+    took = clock.begin(str(message))
+    status.update(Ticking(clock))
     if not console.is_terminal:
-        steps.print(f"edgeport: {escape(message)}")
+        steps.print(escape(clock.line(str(message), took)))
+
+
+class Ticking:
+    """The status line's text, rendered again on every refresh so the step's time keeps counting."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def __rich__(self):
+        from rich.text import Text
+
+        from edgeport.diagnostics import clean
+
+        return Text(clean(self.clock.status()), style="bold")
 
 
 def escape(text: str) -> str:

@@ -138,8 +138,6 @@ def produced(before: dict, directory: Path, variant: str) -> list[str]:
 def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[object, str | None]:
     """``target.convert(job)``, or the cached result of the same conversion. Returns (Converted, key);
     ``state["cache"]`` says hit, miss or off as soon as it is known (a failed conversion is a miss too)."""
-    from edgeport.targets.base import Converted
-
     cache = session.cache
     if cache is None or session.program_id is None:
         state["cache"] = "off"
@@ -148,20 +146,37 @@ def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[objec
 
     key = key_of(row_key_parts(target, job, session, prepared))
     data = cache.get(key, job.out_dir)
-    if data is not None and _relative(data.get("artifact")) and (job.out_dir / data["artifact"]).is_file():
+    hit = restored(data, job.out_dir)
+    if data is not None and hit is None:
+        cache.discard(key)
+    if hit is not None:
         state["cache"] = "hit"
-        job.notes.extend(n for n in data.get("notes", []) if n not in job.notes)
-        return Converted(job.out_dir / data["artifact"], data.get("details") or {}), key
+        job.notes.extend(n for n in hit[1].get("notes", []) if n not in job.notes)
+        return hit[0], key
     state["cache"] = "miss"
     before, notes_before = snapshot(job.out_dir), len(job.notes)
     converted = target.convert(job)
     files = produced(before, job.out_dir, job.variant)
     artifact = str(converted.artifact.relative_to(job.out_dir))
+    side = [p.relative_to(job.out_dir).as_posix() for p in converted.files if p.is_relative_to(job.out_dir)]
     if artifact in files:
-        cache.put(key, job.out_dir, files, {"artifact": artifact, "details": converted.details,
-                                            "notes": job.notes[notes_before:]},
+        cache.put(key, job.out_dir, list(dict.fromkeys(files + side)),
+                  {"artifact": artifact, "files": side, "details": converted.details, "notes": job.notes[notes_before:]},
                   describe={"kind": "row", "target": target.name, "variant": job.variant})
     return converted, key
+
+
+def restored(data: dict | None, out_dir: Path):
+    """(Converted, data) of a cache entry copied into ``out_dir``, or None: an entry whose artifact or any
+    side file it declares is not there now is a miss (the conversion runs again), never half an artifact."""
+    from edgeport.targets.base import Converted
+
+    if data is None or not _relative(data.get("artifact")) or not (out_dir / data["artifact"]).exists():
+        return None
+    side = data.get("files")
+    if not isinstance(side, list) or not all(_relative(f) and (out_dir / f).is_file() for f in side):
+        return None
+    return Converted(out_dir / data["artifact"], data.get("details") or {}, files=[out_dir / f for f in side]), data
 
 
 def _relative(path) -> bool:

@@ -15,7 +15,7 @@ from edgeport.diagnostics import first_line
 from edgeport.core.proc import redirected
 from edgeport.pipeline.session import Session
 
-OMIT_WHEN_NONE = ("diverged_at", "runner_choice", "parity_sample", "sha256", "check_seconds")
+OMIT_WHEN_NONE = ("diverged_at", "runner_choice", "parity_sample", "sha256", "check_seconds", "files")
 
 
 @dataclass
@@ -44,6 +44,7 @@ class Row:
     artifact: str | None = None
     size_bytes: int | None = None
     sha256: str | None = None
+    files: list[dict] | None = None   # every file of the artifact: path (relative to DIR), size_bytes, sha256
     convert_seconds: float | None = None
     check_seconds: float | None = None
     parity: dict | None = None
@@ -94,6 +95,7 @@ class BuildFailed(Exception):
 def run_row(target, variant: str, session, staging: Path, budget: dict, required: bool = True, task=None) -> Row:
     """One (target, variant) of ``task`` (forward when None): build -> judge, timed, logged to its own file;
     any failure stays in the row."""
+    from edgeport.core.progress import scoped
     from edgeport.pipeline.tasks import get_task
 
     task = task or get_task("forward")
@@ -115,6 +117,9 @@ def run_row(target, variant: str, session, staging: Path, budget: dict, required
         return row
     record_artifact(row, built.converted, staging, start)
     row.note(*built.notes)
+    cached = " (artifact from the cache)" if row.details.get("cache") == "hit" else ""
+    timed = ", latency" if session.judge.latency else ""
+    scoped(session.progress, f"{target.name} {variant}")(f"judge: load, run, parity{timed}{cached}")
     start = time.perf_counter()
     with redirected(log):  # runtimes log too (e.g. delegate creation)
         task.judge(row, target, built, session, staging)
@@ -124,10 +129,17 @@ def run_row(target, variant: str, session, staging: Path, budget: dict, required
 
 def record_artifact(row: Row, converted, staging: Path, start: float) -> None:
     row.convert_seconds = round(time.perf_counter() - start, 3)
-    row.artifact = str(converted.artifact.relative_to(staging))
-    row.size_bytes, row.sha256 = digest_of(converted.artifact)
+    record_files(row, converted, staging)
     row.details.update(converted.details)
     row.rewrites.extend(r for r in converted.rewrites if r not in row.rewrites)
+
+
+def record_files(row: Row, converted, staging: Path) -> None:
+    """The row's artifact path, its digest and the list of every file it consists of (read once)."""
+    from edgeport.core.files import digested
+
+    row.artifact = str(converted.artifact.relative_to(staging))
+    row.files, row.size_bytes, row.sha256 = digested(converted, staging)
 
 
 def judge_artifact(target, artifact: Path, session: Session, budget: dict) -> Verdict:
@@ -223,22 +235,10 @@ def parity_sample_for(target, target_dir: Path, row: Row, session: Session, stag
 def digest_of(path: Path) -> tuple[int, str]:
     """(bytes, sha256) of an artifact file, or of every file of an artifact directory (relative paths and
     contents), so ``validate`` can tell any changed file of a multi-file artifact. The one artifact digest."""
-    import hashlib
+    from edgeport.core.files import artifact_digest, artifact_files, describe_files
 
-    def file_sha256(file: Path) -> str:
-        digest = hashlib.sha256()
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
-
-    if path.is_file():
-        return path.stat().st_size, file_sha256(path)
-    digest, size = hashlib.sha256(), 0
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f"{file.relative_to(path).as_posix()}\0{file_sha256(file)}\n".encode())
-        size += file.stat().st_size
-    return size, digest.hexdigest()
+    path = Path(path)
+    return artifact_digest(path.parent, path, describe_files(path.parent, artifact_files(path)))
 
 
 def budget_after_rewrites(budget: dict, prepared) -> dict:

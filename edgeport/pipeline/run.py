@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from edgeport import __version__
 from edgeport.errors import ExportFailed
@@ -21,7 +20,7 @@ from edgeport.pipeline.options import ConvertOptions
 from edgeport.pipeline.report import assemble
 from edgeport.pipeline.tasks import Prepared  # noqa: F401  (what prepare returns; the fleet builds one too)
 
-Progress = Callable[[str], None]
+from edgeport.core.progress import Progress  # noqa: F401  (the one progress callable: edgeport.core.progress)
 RUN_LOG = "edgeport.log"
 
 
@@ -165,6 +164,9 @@ def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts
     specs = task.task_specs(shared, the_plan, plans, work, staging / RUN_LOG)
 
     def on_event(i: int, kind: str, payload) -> None:
+        if kind == "step":
+            progress(str(payload))
+            return
         name = f"{specs[i]['target']} {specs[i]['variant']}" + (f" (piece {specs[i]['piece']})" if "piece" in specs[i] else "")
         status = (payload.get("status") or ("failed" if payload.get("error") else "done")) if isinstance(payload, dict) else kind
         progress(f"{name}: {'converting' if kind == 'start' else status}")

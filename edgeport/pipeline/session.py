@@ -62,6 +62,7 @@ class Session:
     program_id: dict | None = None     # fingerprint(program, signature): the program's part of every cache key
     cache: object = None               # edgeport.cache.Cache, or None (--no-cache)
     reuse_verdict: bool = False        # a cached artifact keeps its cached parity/latency (--reuse-verdict)
+    progress: object = None            # the run's Progress (None: quiet): rows and targets report their steps
 
     @classmethod
     def start(cls, loaded, program, signature, judge: JudgeOptions, progress, **extra) -> "Session":
@@ -85,12 +86,14 @@ class Session:
         data = real_data.report(judge.data) if real_data else None
         extra.setdefault("rewrites", RewriteCache(program, example, extra.pop("decompositions", {})))
         extra.setdefault("module", loaded.module)
+        extra.setdefault("progress", progress)
         return cls(program, example, signature, real + samples, reference, latency, judge, origin, data, **extra)
 
     def convert_job(self, target, variant: str, out_dir, budget: dict | None = None, override: dict | None = None):
         """The one way a :class:`~edgeport.targets.base.ConvertJob` is made: the program as ``target`` needs
         it (its rewrites), its own options (``override``: one piece of a split conversion), calibration and
         samples. The eager module rides along only when the program carries no rewrite it lacks."""
+        from edgeport.core.progress import scoped
         from edgeport.targets.base import ConvertJob
 
         prepared = self.rewrites.for_target(target)
@@ -99,4 +102,5 @@ class Session:
                           calibration_is_real=self.calibration is not None, samples=self.samples,
                           budget=dict(budget or {}), dynamic=tuple(self.dynamic), notes=list(prepared.notes),
                           cache=self.cache, module=None if prepared.applied else self.module,
-                          load_module=None if prepared.applied else self.load_module)
+                          load_module=None if prepared.applied else self.load_module,
+                          progress=scoped(self.progress, f"{target.name} {variant}"))

@@ -95,7 +95,7 @@ def merge_split(staging: Path, target, row: dict, pieces: list[tuple[dict, objec
     """Fold the pieces > 0 of a split row into it (their files, the target's merge of their details,
     their notes) and store the whole row in the cache under the unsplit row's key."""
     target_dir = staging / target.name
-    done, files = [], []
+    done, files, side = [], [], []
     for spec, result in pieces:
         work = Path(spec["work_dir"])
         files += _produced(work / target.name, spec["variant"])
@@ -105,13 +105,23 @@ def merge_split(staging: Path, target, row: dict, pieces: list[tuple[dict, objec
             row.setdefault("notes", []).append(f"piece {spec['piece']} of the conversion failed: {error}")
             continue
         done.append(result["details"])
+        side += [f for f in result.get("files") or [] if (staging / f).is_file()]
         row.setdefault("notes", []).extend(n for n in result.get("notes", []) if n not in row["notes"])
     if not row.get("artifact"):
         return row
     row = target.merge_pieces(target_dir, row["variant"], row, done)
+    row["files"] = redigest(staging, [e["path"] for e in row.get("files") or []] + side)
     if cache is not None and row_plan.get("piece0_key") and len(done) == len(pieces):
         _store_whole(cache, target, target_dir, row, row_plan, done, files)
     return row
+
+
+def redigest(staging: Path, paths: list[str]) -> list[dict]:
+    """The row's file list again, once the pieces' files are in and the target's merge rewrote what it
+    merges (e.g. a meta.json naming every executable)."""
+    from edgeport.core.files import describe_files
+
+    return describe_files(staging, [staging / p for p in dict.fromkeys(paths)])
 
 
 def _store_whole(cache, target, target_dir: Path, row: dict, row_plan: dict, done: list[dict], files: list[str]) -> None:
@@ -121,7 +131,9 @@ def _store_whole(cache, target, target_dir: Path, row: dict, row_plan: dict, don
     if not first or "details" not in first:
         return
     details = target.merge_pieces(target_dir, row["variant"], first["details"], done)
-    data = {**first, "details": details}
+    prefix = f"{target.name}/"
+    side = [e["path"][len(prefix):] for e in row["files"] if e["path"].startswith(prefix) and e["path"] != row["artifact"]]
+    data = {**first, "details": details, "files": side}
     store_whole_row(cache, row_plan["key"], target_dir, cache.files(row_plan["piece0_key"]) + files, data,
                     {"target": target.name, "variant": row["variant"]})
 
@@ -138,9 +150,20 @@ def collect(staging: Path, rows: list, plans: list[dict], specs: list[dict], res
         if not isinstance(result, dict):
             row = Row(target.name, variant, status="failed", error=f"worker: {result}", required=spec["required"]).to_json()
         else:
-            row = merge(Path(spec["work_dir"]), staging, result)
+            row = arrived(merge(Path(spec["work_dir"]), staging, result), staging)
         out.append(merge_split(staging, target, row, pieces, row_plan, cache) if pieces else row)
     return out
+
+
+def arrived(row: dict, staging: Path) -> dict:
+    """The row, failed if any file of its artifact did not arrive from its worker (process or Ray node):
+    checked by presence and size, the sha256 stays for ``validate``."""
+    from edgeport.core.files import file_problem
+
+    problem = file_problem(staging, row.get("files"), check_sha=False)
+    if problem and row.get("status") != "failed":
+        row["status"], row["error"] = "failed", f"{problem} (lost between the worker and the driver)"
+    return row
 
 
 def _produced(directory: Path, variant: str) -> list[str]:
@@ -169,8 +192,11 @@ def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path 
     return sorted(specs, key=lambda s: ("piece" not in s, -s["cost"]))
 
 
-def run_task(spec: dict) -> dict:
-    """Run one row from its spec; returns the row's JSON. Library output goes to the spec's log."""
+def run_task(spec: dict, progress=None) -> dict:
+    """Run one row from its spec; returns the row's JSON. Library output goes to the spec's log; the row's
+    steps to ``progress`` (the driver's, through the worker's pipe), if given."""
+    import dataclasses
+
     from edgeport.targets.registry import get_target
     from edgeport.core.proc import redirected
     from edgeport.pipeline.row import run_row
@@ -181,7 +207,7 @@ def run_task(spec: dict) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     log = Path(spec["log"]) if spec.get("log") else work / "worker.log"
     with redirected(log):
-        session = restore_session(spec)
+        session = dataclasses.replace(restore_session(spec), progress=progress)
         target = get_target(spec["target"])
         if spec.get("piece"):
             return json.loads(json.dumps(run_piece(target, spec, session, work), default=_json_default))
@@ -202,7 +228,8 @@ def run_piece(target, spec: dict, session, work: Path) -> dict:
             converted = target.convert(job)
     except Exception as exc:
         return {"piece": spec["piece"], "error": first_line(exc), "notes": job.notes}
-    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes}
+    files = [p.relative_to(work).as_posix() for p in converted.files if p.is_relative_to(work)]
+    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes, "files": files}
 
 
 def restore_session(spec: dict):
@@ -305,12 +332,13 @@ def merge(work: Path, staging: Path, row: dict) -> dict:
     writes them; the row's parity sample is checked against the one that ended up in staging."""
     from edgeport.validate.sample import DIRNAME, fits
 
+    own = {row.get("artifact"), *(e.get("path") for e in row.get("files") or [] if isinstance(e, dict))}
     if work.is_dir():
         for path in sorted(work.rglob("*")):
             rel = path.relative_to(work)
             if path.is_dir() or path.is_symlink() or DIRNAME in rel.parts[:-1]:
                 continue
-            _place(path, staging / rel, replace=str(rel) == row.get("artifact"))
+            _place(path, staging / rel, replace=rel.as_posix() in own)
         for sample_dir in work.glob(f"*/{DIRNAME}"):
             dest = staging / sample_dir.relative_to(work)
             if not dest.exists():

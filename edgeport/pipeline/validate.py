@@ -81,6 +81,7 @@ def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
 
 def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
     """One row judged again by its task; a missing or changed artifact fails it, saying which."""
+    from edgeport.core.files import file_problem
     from edgeport.pipeline.row import Row, digest_of, skip_reason
     from edgeport.targets.registry import get_target, target_names
 
@@ -99,15 +100,32 @@ def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
     if path is None or not path.exists():
         row.parity = row.latency_ms = None
         return failed(row, f"artifact missing: {row.artifact}")
+    missing = file_problem(directory, [e for e in row.files or [] if not _present(directory, e)])
+    if missing:  # a side file gone (model.onnx.data, weights.safetensors): the runtime's error would say less
+        row.parity = row.latency_ms = None
+        return failed(row, missing)
     task.rejudge(row, target, path, session, budget_of(row))
     recorded, (row.size_bytes, digest) = row.sha256, digest_of(path)
-    if recorded and digest != recorded:
-        changed = f"sha256 {digest[:12]}… != recorded {recorded[:12]}…"
+    changed = f"sha256 {digest[:12]}… != recorded {recorded[:12]}…" if recorded and digest != recorded else None
+    problem = file_problem(directory, [e for e in row.files or [] if not _of_artifact(row.artifact, e)])
+    if changed or problem:
         error = row.error or ""
+        changed = changed or problem.removeprefix("artifact file changed since conversion: ")
         row.status = "failed"
         row.error = (f"{error} (file changed since conversion: {changed})" if error.startswith("artifact")
                      else f"artifact changed since conversion: {changed} ({error or 'parity still within budget'})")
     return row.to_json()
+
+
+def _of_artifact(artifact: str, entry) -> bool:
+    """An entry ``digest_of(artifact)`` already checked (the artifact file, or a file of its directory)."""
+    path = entry.get("path") if isinstance(entry, dict) else None
+    return isinstance(path, str) and (path == artifact or path.startswith(artifact.rstrip("/") + "/"))
+
+
+def _present(directory: Path, entry) -> bool:
+    path = artifact_in(directory, entry.get("path")) if isinstance(entry, dict) else None
+    return path is not None and path.is_file()
 
 
 def fresh_notes(notes: list[str]) -> list[str]:

@@ -94,7 +94,7 @@ def _child(spec: dict, conn, gate: bool, env: dict) -> None:
     waiting = PipeGate(conn) if gate else None
     latency.set_gate(waiting)
     try:
-        row = run_task(spec)
+        row = run_task(spec, lambda step: conn.send(("step", step)))
         if waiting is not None and row.get("check_seconds"):  # time spent waiting for the gate is not checking
             row["check_seconds"] = round(max(0.0, row["check_seconds"] - waiting.waited), 3)
         conn.send(("done", row))
@@ -116,7 +116,7 @@ class Worker:
 
 def run_all(specs: list[dict], jobs: int, on_event: Callable[[int, str, object], None], gate: bool = True) -> list:
     """Run every spec (at most ``jobs`` converting at once); ``on_event(i, kind, payload)`` hears
-    ``start``, ``done`` (row JSON) and ``error`` (one line). Returns results in spec order: the row JSON,
+    ``start``, ``step`` (a row's step, as its progress names it), ``done`` (row JSON) and ``error`` (one line). Returns results in spec order: the row JSON,
     or an error string for a task whose process failed or died."""
     ctx = context()
     queue, running, results = deque(range(len(specs))), {}, [None] * len(specs)
@@ -178,6 +178,8 @@ def _message(worker: Worker, running: dict, results: list, on_event) -> None:
         worker.waiting = True
     elif kind == "release":
         worker.timing = False
+    elif kind == "step":
+        on_event(worker.index, "step", payload)
     else:
         _finish(worker, running, results, on_event, kind, payload)
 

@@ -8,7 +8,6 @@ target's simulation of it) and what the float layers cost against full int8 (siz
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -96,14 +95,14 @@ def _analyse(row, target, job, session, budget, judge, staging, quantizer) -> di
 
 def _adopt(row, built, staging: Path, record: dict, floats: list) -> None:
     """The rebuilt artifact becomes the row's: its verdict, size, hash, and its cost against full int8."""
+    from edgeport.core.files import digested
+
     converted, verdict, notes = built
     full_size, full_latency = row.size_bytes, (row.latency_ms or {}).get("p50")
     row.apply(verdict)
     row.note(*notes)
     row.artifact = str(converted.artifact.relative_to(staging))
-    row.size_bytes = converted.artifact.stat().st_size
-    with open(converted.artifact, "rb") as f:
-        row.sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+    row.files, row.size_bytes, row.sha256 = digested(converted, staging)
     row.details.update(converted.details)
     latency = (row.latency_ms or {}).get("p50")
     record["float_layers"] = [layer.to_json() for layer in floats]

@@ -36,6 +36,9 @@ class ConvertJob:
     float_layers: tuple[str, ...] = ()   # layer ids a quantized variant keeps float (FallbackSupport)
     artifact_only: bool = False       # just a runnable artifact (targets may skip extra work such as AOT compiles)
     notes: list[str] = field(default_factory=list)    # warnings that belong in the report
+    # the run's progress (edgeport.pipeline.run.Progress), already naming the row: a long conversion says
+    # which step it is in ("lowering", "compile v5e:2x2"); the run adds the time
+    progress: Callable[[str], None] = field(default=lambda _step: None, repr=False)
     # the eager module the program was exported from (positional inputs in signature order, flat outputs),
     # for a target whose converter cannot take the program and captures the module itself; None when there
     # is none (.pt2) or when the program carries rewrites the module does not
@@ -67,6 +70,14 @@ class Converted:
     artifact: Path
     details: dict = field(default_factory=dict)   # extra report fields (ops, compiles, ...)
     rewrites: list[str] = field(default_factory=list)   # what the target did beyond the shared passes
+    # every other file the artifact needs at run time (ONNX external data, TPU weights and executables, a
+    # tokenizer): with the artifact (every file under it, for a directory) they are manifest.json's file list
+    files: list[Path] = field(default_factory=list)
+
+    def all_files(self) -> list[Path]:
+        from edgeport.core.files import artifact_files
+
+        return artifact_files(self.artifact, self.files)
 
 
 @dataclass
@@ -83,6 +94,7 @@ class GenerativeJob:
     options: dict = field(default_factory=dict)       # the target's own options (e.g. TPU topologies)
     notes: list[str] = field(default_factory=list)
     artifact_only: bool = False       # just a runnable artifact (targets may skip extra work such as AOT compiles)
+    progress: Callable[[str], None] = field(default=lambda _step: None, repr=False)   # as ConvertJob's
 
 
 @dataclass(frozen=True)

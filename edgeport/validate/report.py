@@ -139,10 +139,17 @@ def artifact_in(directory: Path, rel) -> Path | None:
     return path if path.is_relative_to(Path(directory).resolve()) else None
 
 
+def file_list(row: dict) -> dict:
+    """A manifest entry's ``sha256``, ``size_bytes`` (of ``path``) and ``files``: every file of the artifact
+    (path relative to the manifest, size_bytes, sha256), the one list apps, ``bundle`` and ``validate`` follow."""
+    return {"sha256": row.get("sha256"), "size_bytes": row.get("size_bytes"), "files": row.get("files") or []}
+
+
 def build_manifest(spec: str, signature, rows: list[dict]) -> dict:
     """Inputs/outputs of the model and, per artifact, as its runtime sees them (names, dtypes, quantization)."""
     artifacts = [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
-                  **(r.get("io") or {}), "parity_sample": r.get("parity_sample")} for r in rows if r.get("artifact")]
+                  **(r.get("io") or {}), "parity_sample": r.get("parity_sample"), **file_list(r)}
+                 for r in rows if r.get("artifact")]
     return {
         "schema": "edgeport.manifest/1",
         "edgeport_version": __version__,

@@ -10,10 +10,14 @@ from edgeport.targets.executorch.quantize import quantized_program
 
 
 def convert(job: ConvertJob) -> Converted:
+    if job.variant == "int8":
+        job.progress("quantization (PT2E int8)")
     program = quantized_program(job) if job.variant == "int8" else job.program
     path = job.out_dir / f"model_{job.variant}.pte"
+    job.progress("lowering (XNNPACK)")
     edge = lower({"forward": program})
     details = {"delegation": summary(edge)}
+    job.progress("serialization")
     save(edge, path)
     return Converted(path, details)
 

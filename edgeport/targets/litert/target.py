@@ -45,8 +45,11 @@ def convert(job: ConvertJob) -> Converted:
     elif job.variant == "int8":
         if not job.calibration_is_real:
             job.notes.append("int8 calibrated on random samples (no --calibration-data): ranges may not match real inputs")
+        job.progress("PT2E calibration (int8)")
         module, quant_config = litert_quant.pt2e_int8(module, job, float_filter(job.program, job.float_layers))
+    job.progress("litert_torch conversion" + (f" + quantization ({job.variant})" if quant_config else ""))
     edge = litert_torch.convert(module, args, quant_config=quant_config)
+    job.progress("serialization")
     edge.export(str(path))
     if job.variant == "int8":
         litert_kernels.quantize_recurrent(path, job)

@@ -55,6 +55,7 @@ def convert(job: ConvertJob) -> Converted:
     path = fp32
     if job.variant != "fp32":
         path = job.out_dir / f"model_{job.variant}.onnx"
+        job.progress(f"quantization ({job.variant})")
         QUANTIZERS[job.variant](fp32, path, job, **exclusions(fp32, job))
     details = describe(path)
     own = details.pop("capture", None) == "module"
@@ -62,7 +63,18 @@ def convert(job: ConvertJob) -> Converted:
         details["int8_kernels"] = int8_kernels(job)
         if own:
             job.notes.append(f"quantized from {FP32_NAME}, which torch.onnx captured from the module itself")
-    return Converted(path, details, rewrites=[OWN_CAPTURE] if own else [])
+    return Converted(path, details, rewrites=[OWN_CAPTURE] if own else [], files=external_files(path))
+
+
+def external_files(path: Path) -> list[Path]:
+    """The external data files ``path``'s tensors live in (``model.onnx.data``: torch.onnx writes one above
+    1.5 GB of weights, or always with ``--onnx-external-data``): without them the model does not load."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    names = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
+    return [path.parent / name for name in sorted(names)]
 
 
 def export_fp32(job: ConvertJob, path: Path) -> None:
@@ -72,6 +84,7 @@ def export_fp32(job: ConvertJob, path: Path) -> None:
     from edgeport.core.program import capture_mode
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
+    job.progress("torch.onnx export")
     with capture_mode():
         try:
             onnx_program = _export_shared(job)
@@ -79,7 +92,9 @@ def export_fp32(job: ConvertJob, path: Path) -> None:
             if job.eager_module() is None:
                 raise
             onnx_program = _own_capture(job, exc)
-    onnx_program.save(str(path))
+    job.progress("serialization")
+    # None: torch.onnx's own rule (external data above its size threshold, 1.5 GB of weights)
+    onnx_program.save(str(path), external_data=True if job.options.get("onnx_external_data") else None)
 
 
 def _export_shared(job: ConvertJob):
@@ -216,7 +231,9 @@ TARGET = Target(
     generative="edgeport.targets.onnx.generate",
     options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
                           "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
-                          validate=check_int8_kernels),),
+                          validate=check_int8_kernels),
+             TargetOption("onnx-external-data", "onnx: store the weights in model.onnx.data beside model.onnx "
+                          "(torch.onnx does so by itself above 1.5 GB of weights)", kind=bool)),
     calibrated_variants=("int8",),
     read_quantization=onnx_share.read,
     dynamic_dims=True,

@@ -38,11 +38,15 @@ def convert(job: GenerativeJob) -> Converted:
     # every process that loads it (a fresh `validate` or a server runs with jax's default, x64 off)
     with jax.enable_x64(False):
         for name, program in job.programs.items():
+            job.progress(f"lowering + jax.export {name}")
             lowered, entry = _export(name, program, job, out, precision)
             _merge_weights(weights, lowered.weights)
             donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
+            if topologies:
+                job.progress(f"compile {name} for {', '.join(t.name for t in topologies)}")
             compiles += _compile_all(topologies, lowered, out, donate, name, precision)
             meta[name] = entry
+    job.progress("writing the artifact (weights.safetensors)")
     _write(out, weights, meta, job, precision)
     for failed in (c for c in compiles if not c["ok"]):
         job.notes.append(f"TPU compile of {failed['program']} for {failed['topology']} failed: {failed['error']}")

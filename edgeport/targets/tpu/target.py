@@ -148,7 +148,9 @@ def convert(job: ConvertJob) -> Converted:
     # with it on, int64 inputs and buffers became int64 avals, and the artifact failed to run in any fresh
     # process ("Dtype mismatch ... expected int64 and called with int32")
     with jax.default_matmul_precision(precision), jax.enable_x64(False):
+        job.progress("lowering (torchax)")
         lowered = lower_program(job.program, job.variant, [i.name for i in job.signature.inputs], job.example_inputs)
+        job.progress("jax.export serialization")
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
         serialized = exported.serialize()
@@ -156,10 +158,12 @@ def convert(job: ConvertJob) -> Converted:
         # artifact_only: a caller (e.g. parity localization) needs only something to run, not the TPU compiles
         topologies = [] if job.artifact_only else topologies_of(job.options)
         identity = compile_id(serialized, lowered) if job.cache is not None and topologies else None
-        compiles = [compile_cached(t, lowered, out, job.cache, identity) for t in topologies]
+        compiles = [_compile_step(job, t, lowered, out, identity) for t in topologies]
     if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
         _add_notes(job, lowered, compiles)
-        return Converted(out, {"tpu_compile": compiles})
+        return Converted(out, {"tpu_compile": compiles},
+                         files=[out / c["executable"] for c in compiles if c.get("executable")])
+    job.progress("writing the artifact (weights.safetensors)")
     _write_artifact(out, job, exported, serialized, lowered, precision, compiles)
     _add_notes(job, lowered, compiles)
     host = tpu_host_status()
@@ -168,7 +172,21 @@ def convert(job: ConvertJob) -> Converted:
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
     if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
-    return Converted(out / EXPORT_FILE, details)
+    return Converted(out / EXPORT_FILE, details, files=side_files(out))
+
+
+def _compile_step(job: ConvertJob, topology, lowered: Lowered, out: Path, identity: dict | None) -> dict:
+    job.progress(f"compile {topology.name}")
+    return compile_cached(topology, lowered, out, job.cache, identity)
+
+
+def side_files(out: Path) -> list[Path]:
+    """What ``model.jax_export`` needs beside it: its weights, meta.json and the executables meta.json names
+    (``model.stablehlo.mlir`` is for reading, not running: not part of the artifact)."""
+    from edgeport.targets.tpu.runtime import META_FILE, WEIGHTS_FILE
+
+    executables = json.loads((out / META_FILE).read_text()).get("executables") or {}
+    return [out / WEIGHTS_FILE, out / META_FILE, *(out / rel for rel in executables.values())]
 
 
 def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, lowered: Lowered, precision: str,

@@ -4,9 +4,10 @@ with everything an app needs to drive the artifacts:
 
 - ``signatures``: each signature's inputs and outputs as the exported program has them (roles, shapes, dtypes);
 - ``artifacts``: per target x variant, the path (sha256, size, which path built it: ``built_by``; a
-  ``.litertlm`` bundle is one of them) and each signature's I/O as its runtime sees it (names,
-  runtime dtypes; each output's ``role`` says which input it feeds on the next call); a bundle an engine
-  drives by text (``.litertlm``) has a ``text_sample`` instead: prompts as text, PyTorch's tokens as pieces;
+  ``.litertlm`` bundle is one of them), ``files`` (every file it consists of, tokenizer included) and each
+  signature's I/O as its runtime sees it (names, runtime dtypes; each output's ``role`` says which input it
+  feeds on the next call); a bundle an engine drives by text (``.litertlm``) has a ``text_sample`` instead:
+  prompts as text, PyTorch's tokens as pieces;
 - ``cache``: the cache tensors (layer, key/value/length, shape, dtype) and ``cache_len``;
 - ``eos_token_ids``, ``bos_token_id``, ``vocab_size``, ``prefill_lens``, how to feed each role (``feeding``);
 - ``parity_sample``: the judged prompts' ids and the reference's greedy tokens, so an app can check itself;
@@ -31,11 +32,12 @@ FEEDING = {
 
 
 def generation_manifest(spec: str, session, rows: list[dict], out_dir: Path) -> dict:
+    from edgeport.validate.report import file_list
+
     layout = session.layout
     decode = layout.signatures["decode"]
     artifacts = [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
-                  "sha256": r.get("sha256"), "size_bytes": r.get("size_bytes"), "built_by": r.get("built_by"),
-                  "parity_sample": None} for r in rows if r.get("artifact")]
+                  **file_list(r), "built_by": r.get("built_by"), "parity_sample": None} for r in rows if r.get("artifact")]
     tokenizer = out_dir / "tokenizer"
     return {
         "schema": "edgeport.manifest/1",
@@ -50,8 +52,7 @@ def generation_manifest(spec: str, session, rows: list[dict], out_dir: Path) -> 
             "bos_token_id": layout.bos_token_id, "eos_token_ids": layout.eos_token_ids, "cache": layout.cache,
             "signatures": layout.signatures, "feeding": FEEDING,
             "artifacts": [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
-                           "sha256": r.get("sha256"), "size_bytes": r.get("size_bytes"), "built_by": r.get("built_by"),
-                           "signatures": r.get("signatures"),
+                           **file_list(r), "built_by": r.get("built_by"), "signatures": r.get("signatures"),
                            "text_sample": (r.get("generation") or {}).get("text_sample")}
                           for r in rows if r.get("artifact")],
             "parity_sample": parity_sample(session),

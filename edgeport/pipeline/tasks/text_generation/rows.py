@@ -15,6 +15,7 @@ from edgeport.pipeline.tasks import Built
 def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) -> Built:
     """Every signature's program with the target's rewrites (as forward programs get them), converted into
     one artifact by the target's generative support."""
+    from edgeport.core.progress import scoped
     from edgeport.pipeline.tasks.text_generation.judge import generation_budget
     from edgeport.targets.base import GenerativeJob
 
@@ -23,12 +24,21 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
         rewritten_programs(target, session.programs, session.samples)
     row.rewrites = applied
     job = GenerativeJob(programs, session.samples, session.layout.to_json(), variant, out_dir,
-                        dict(session.target_options), notes=[*session.notes, *notes])
+                        dict(session.target_options), notes=[*session.notes, *notes],
+                        progress=scoped(session.progress, f"{target.name} {variant}"))
     try:
         converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
     except Exception as exc:
         raise BuildFailed(conversion_error(exc, programs["decode"]), job.notes) from exc
+    converted.files += tokenizer_files(out_dir.parent)
     return Built(converted, job, generation_budget(budget, bundle.precision if bundle else variant), None, job.notes)
+
+
+def tokenizer_files(staging: Path) -> list[Path]:
+    """The tokenizer copied beside the artifacts (``DIR/tokenizer/``): an app cannot drive a generative
+    artifact from text without it, so it is one of every generative artifact's files."""
+    folder = staging / "tokenizer"
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
 
 
 def rewritten_programs(target, programs: dict, samples: dict) -> tuple[dict, list[str], list[str]]:

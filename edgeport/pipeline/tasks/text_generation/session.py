@@ -30,6 +30,7 @@ def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: boo
     progress("PyTorch reference (generate)")
     with timed(timings, "reference"):
         session = start_session(exported, opts, real, data)
+    session.progress = progress
     params = int(sum(p.numel() for p in exported.model.parameters()))
     return Prepared(session, None, {"params": params}, timings)
 
@@ -76,6 +77,7 @@ class GenSession:
     reference_source: str = "transformers generate (greedy, static cache)"
     notes: list = field(default_factory=list)
     eager_label: str = "PyTorch eager"
+    progress: object = None            # the run's Progress (None: quiet): rows and targets report their steps
 
     @property
     def reference_latency(self) -> dict | None:
