@@ -213,8 +213,55 @@ def test_litert_int8_keeps_slow_convs_float_and_quantizes_the_lstm(tmp_path):
 
 
 def test_sensitivity_lists_the_lstm_as_a_layer(tmp_path):
-    result = run_cli("check", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "onnx", "-q", "int8",
-                     "--sensitivity")
+    result = run_cli("check", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "onnx", "-t", "litert",
+                     "-q", "int8", "--sensitivity")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line for line in result.stdout.splitlines() if "│" in line]
-    assert any("lstm" in line.split("│")[1] and "lstm" in line.split("│")[2] for line in rows), result.stdout
+    lstm_rows = [line for line in rows if "lstm" in line.split("│")[1] and "lstm" in line.split("│")[2]]
+    assert len(lstm_rows) == 2, result.stdout  # one table per target: ONNX and LiteRT both list the LSTM
+
+
+def test_litert_sees_the_lstm_as_one_layer_and_keeps_all_its_steps_float(tmp_path):
+    """Issue 20 item 2: the LSTM, unrolled by litert-torch into ~15 ops per time step, is one layer for the
+    fallback search on LiteRT (found by the module hierarchy in its tensors' names, every time step); kept
+    float, none of its FULLY_CONNECTED ops is quantized in the artifact, while the head still is."""
+    import torch
+
+    from edgeport.core.program import signature_of
+    from edgeport.targets.base import ConvertJob
+    from edgeport.targets.litert import quantize as litert_quant
+    from edgeport.targets.litert.share import read
+    from edgeport.targets.litert.target import convert
+
+    module, args = _build(tmp_path, RECURRENT)
+    program = torch.export.export(module, args)
+    for variant in ("int8", "dynamic-int8"):
+        assert "lstm" in {layer.op for layer in litert_quant.layers(program, variant)}
+    job = ConvertJob(program, args, signature_of(program), "dynamic-int8", tmp_path / "fp32", module=module)
+    quantizer = litert_quant.prepare(job)
+    try:
+        by_op = {layer.op: layer for layer in quantizer.layers}
+        assert "lstm" in by_op and "linear" in by_op, quantizer.layers  # the search lists the LSTM as a layer
+        steps = quantizer.ops[by_op["lstm"].id]
+        assert len(steps) > 12 * 2 * 10 and len(quantizer.ops[by_op["linear"].id]) == 1  # 12 steps x 2 layers
+    finally:
+        quantizer.close()
+    for variant in ("dynamic-int8", "int8"):
+        out = tmp_path / variant
+        out.mkdir()
+        kept = ConvertJob(program, args, signature_of(program), variant, out, module=module,
+                          float_layers=(by_op["lstm"].id,))
+        ops = read(convert(kept).artifact).ops
+        fcs = [o for o in ops if o.op == "FULLY_CONNECTED"]
+        assert len([o for o in fcs if o.weight_quantized]) == 1, fcs  # the head only: every LSTM step stayed float
+        assert len([o for o in fcs if not o.weight_quantized]) >= 2 * 11, fcs
+
+
+def _build(tmp_path, source: str):
+    import importlib.util
+
+    path = write_model_file(tmp_path, source)
+    spec = importlib.util.spec_from_file_location(f"m{abs(hash(source))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build()
