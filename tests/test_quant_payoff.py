@@ -265,3 +265,41 @@ def _build(tmp_path, source: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.build()
+
+
+def test_slower_than_eager_names_causes_and_the_faster_targets():
+    """Issue 20 item 3 (unit): a row slower than eager gets its runtime's causes and the targets that ran the
+    same variant faster; the same causes feed a quantized row's "slower than fp32" flag."""
+    from edgeport.validate import speed
+
+    causes = ["unrolled loops: LSTM_lstm 11 steps x 15 ops (...)"]
+    slow = row("fp32", 1000, 3.8, speed_causes=causes)
+    fast = {**row("fp32", 1000, 0.7), "target": "u"}
+    mute = {**row("fp32", 1000, 2.0), "target": "v"}
+    rows = speed.apply([slow, fast, mute], {"p50": 1.0})
+    block = slow["slower_than_eager"]
+    assert block["ratio"] == 3.8 and block["causes"] == causes
+    assert [(f["target"], f["ratio"]) for f in block["faster_elsewhere"]] == [("u", 0.7), ("v", 2.0)]
+    assert "slower_than_eager" not in fast and mute["slower_than_eager"]["causes"][0].startswith("no cause found")
+    assert any(n.startswith(speed.NOTE) and "u fp32 0.70x" in n for n in slow["notes"])
+    int8 = row("int8", 900, 8.0, speed_causes=causes)
+    payoff.apply([rows[0], int8])
+    assert "unrolled loops: LSTM_lstm" in int8["quantization"]["flags"][0]
+
+
+def test_litert_fp32_row_reads_the_unrolled_lstm_from_the_artifact(tmp_path):
+    """Issue 20 item 3: the LiteRT fp32 row of an LSTM says, from its .tflite, that the recurrence runs
+    unrolled (steps x ops per step) — the structure, never the timing, is asserted."""
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "litert", "-t", "onnx",
+                     "--samples", "2", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {r["target"]: r for r in read_report(out)["targets"]}
+    loops = rows["litert"]["unrolled"]
+    assert len(loops) == 2 and all(loop["op"] == "FULLY_CONNECTED" and loop["weight"] == [128, 32] for loop in loops)
+    assert all(loop["steps"] == 11 and 10 <= loop["ops_per_step"] <= 20 for loop in loops), loops  # 12 frames
+    assert any(c.startswith("unrolled loops: LSTM_lstm 11 steps") for c in rows["litert"]["speed_causes"])
+    assert "unrolled" not in rows["onnx"]  # onnxruntime runs one LSTM op per layer
+    block = rows["litert"].get("slower_than_eager")
+    if block is not None:  # timing decides whether it is slower; when it is, the causes are the artifact's
+        assert block["causes"] == rows["litert"]["speed_causes"]
