@@ -383,6 +383,24 @@ def _fmt(value, digits=2):
 
 # What the numbers do not say by themselves (read from the rows above; keep in step when re-running).
 NOTES = {
+    "executorch": [
+        "Run on the branch that added real_dft and sort_by_rank to ExecuTorch's rewrites, 2 loaded cores (load "
+        "average 12-15 from other jobs). The raw ExecuTorch path (torch.export + to_edge_transform_and_lower with "
+        "XnnpackPartitioner + executorch.runtime, `raw_executorch`) ran for the first four models only; the rest "
+        "ran with `--no-raw` to fit the time (raw 'not run').",
+        "Fixed on the way: rfft_features and audio_stft (edge dialect refuses complex64: 'SpecViolationError: "
+        "operators taking Tensor inputs with mismatched dtypes: aten.abs complex64 -> float32') now pass with "
+        "real_dft; argsort_post converted but its .pte did not load ('Failed to load method forward, error 0x14' = "
+        "OperatorMissing: the runtime has no sort kernel) and passes with sort_by_rank. The DFT matrices and ranks "
+        "then run on the portable kernels (the delegation table names them).",
+        "Slower than eager where the others are faster: audio_stft (185x) and rfft_features (2.1x) run real_dft's "
+        "DFT basis (arange, remainder, cos/sin) and its matmuls on the portable kernels at every call — rfft's "
+        "delegation table lists aten.mm x2, arange x2, remainder on portable: XNNPACK takes no matmul whose weight "
+        "is computed in the graph. Next step: fold the basis into constants in real_dft (then XNNPACK takes them as "
+        "linear/conv weights). conv_transpose (1.7x) and kv_cache_step (0.97x) are not analysed yet.",
+        "custom_op_opaque fails on every target (a numpy-bodied custom op has no out variant: 'Missing out "
+        "variants: zoo::np_square'), with the --decompositions hint.",
+    ],
     "onnx": [
         "Only raw failures on onnx: MoE (transformers' grouped_mm custom op; edgeport's batched_experts module pass "
         "fixes it), bf16 (onnxruntime CPU has no bf16 Gemm; upcast_fp32), the custom ops (inline_custom_ops for the "
@@ -505,7 +523,11 @@ def versus(rows: list[dict], target: str) -> list[str]:
 
 
 # target -> model -> why that target fails where another passes (a rewrite to add, or a named limit)
-WHY: dict[str, dict[str, str]] = {"executorch": {}}
+WHY: dict[str, dict[str, str]] = {"executorch": {
+    "argsort_post": "the .pte does not load: 'Failed to load method forward, error 0x14' (OperatorMissing: no sort "
+                    "kernel in the runtime); fixed by sort_by_rank in ExecuTorch's rewrites (this row predates it; "
+                    "the fixed convert passes: `edgeport convert bench/zoo.py:argsort_post -t executorch`)",
+}}
 
 
 if __name__ == "__main__":
