@@ -397,7 +397,9 @@ NOTES = {
         "DFT basis (arange, remainder, cos/sin) and its matmuls on the portable kernels at every call — rfft's "
         "delegation table lists aten.mm x2, arange x2, remainder on portable: XNNPACK takes no matmul whose weight "
         "is computed in the graph. Next step: fold the basis into constants in real_dft (then XNNPACK takes them as "
-        "linear/conv weights). conv_transpose (1.7x) and kv_cache_step (0.97x) are not analysed yet.",
+        "linear/conv weights). argsort_post (3.2x): sort_by_rank's compare-and-count runs on the portable kernels "
+        "(eq/gt/lt/sum/where, the delegation table lists them). conv_transpose (1.7x) and kv_cache_step (0.97x) "
+        "are not analysed yet.",
         "custom_op_opaque fails on every target (a numpy-bodied custom op has no out variant: 'Missing out "
         "variants: zoo::np_square'), with the --decompositions hint.",
     ],
