@@ -111,14 +111,14 @@ def write_markdown(results: dict, targets: list[str]) -> None:
 
 NOTES: list[str] = [  # what the numbers do not say by themselves (read from the run above)
     "Run 2026-12-01 on 2 cores shared with five other jobs (load average 12-15); one family took ~10 minutes for "
-    "the four targets, so the run covers the families listed (mixtral, gemma3, deepseek_v2 and mamba are in "
+    "the four targets, so the run covers the families listed (gemma3, deepseek_v2 and mamba are in "
     "FAMILIES but did not finish in the time).",
-    "Every listed family is token-exact on ExecuTorch, like on the other three targets; ExecuTorch needed no rewrite "
+    "Every listed family is token-exact on ExecuTorch, like on the other three targets; ExecuTorch needed no rewrite (mixtral's experts go through the shared batched_experts module pass) "
     "(LiteRT needs expand_before_transpose for the grouped kv heads).",
     "Eager decode here is transformers' generate step on a 2-layer, 64-wide model: ~20 ms/token of Python overhead, "
     "so every artifact is tens of times faster; compare the targets by their decode ms instead. ExecuTorch's decode "
-    "is the slowest of the four on these tiny models (0.42-0.84 ms/token against LiteRT's 0.09-0.26, ONNX's "
-    "0.16-0.27, XLA-CPU's 0.26-0.61); not profiled: at this size per-call overhead (method call, KV-cache write-back) "
+    "is the slowest of the four on these tiny models (0.42-0.84 ms/token against LiteRT's 0.09-0.29, ONNX's "
+    "0.16-0.54, XLA-CPU's 0.26-0.61); not profiled: at this size per-call overhead (method call, KV-cache write-back) "
     "rather than FLOPs is the likely cause; bench/GENERATION.md measures a 16M-parameter Llama.",
 ]
 
