@@ -113,7 +113,7 @@ NOTES: list[str] = [  # what the numbers do not say by themselves (read from the
     "Run 2026-12-01 on 2 cores shared with five other jobs (load average 12-15); one family took ~10 minutes for "
     "the four targets, so the run covers the families listed (gemma3, deepseek_v2 and mamba are in "
     "FAMILIES but did not finish in the time).",
-    "Every listed family is token-exact on ExecuTorch, like on the other three targets; ExecuTorch needed no rewrite (mixtral's experts go through the shared batched_experts module pass) "
+    "Every listed family is token-exact on ExecuTorch, like on the other three targets; ExecuTorch needed no rewrite "
     "(LiteRT needs expand_before_transpose for the grouped kv heads).",
     "Eager decode here is transformers' generate step on a 2-layer, 64-wide model: ~20 ms/token of Python overhead, "
     "so every artifact is tens of times faster; compare the targets by their decode ms instead. ExecuTorch's decode "
