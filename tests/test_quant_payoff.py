@@ -213,8 +213,93 @@ def test_litert_int8_keeps_slow_convs_float_and_quantizes_the_lstm(tmp_path):
 
 
 def test_sensitivity_lists_the_lstm_as_a_layer(tmp_path):
-    result = run_cli("check", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "onnx", "-q", "int8",
-                     "--sensitivity")
+    result = run_cli("check", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "onnx", "-t", "litert",
+                     "-q", "int8", "--sensitivity")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line for line in result.stdout.splitlines() if "│" in line]
-    assert any("lstm" in line.split("│")[1] and "lstm" in line.split("│")[2] for line in rows), result.stdout
+    lstm_rows = [line for line in rows if "lstm" in line.split("│")[1] and "lstm" in line.split("│")[2]]
+    assert len(lstm_rows) == 2, result.stdout  # one table per target: ONNX and LiteRT both list the LSTM
+
+
+def test_litert_sees_the_lstm_as_one_layer_and_keeps_all_its_steps_float(tmp_path):
+    """Issue 20 item 2: the LSTM, unrolled by litert-torch into ~15 ops per time step, is one layer for the
+    fallback search on LiteRT (found by the module hierarchy in its tensors' names, every time step); kept
+    float, none of its FULLY_CONNECTED ops is quantized in the artifact, while the head still is."""
+    import torch
+
+    from edgeport.core.program import signature_of
+    from edgeport.targets.base import ConvertJob
+    from edgeport.targets.litert import quantize as litert_quant
+    from edgeport.targets.litert.share import read
+    from edgeport.targets.litert.target import convert
+
+    module, args = _build(tmp_path, RECURRENT)
+    program = torch.export.export(module, args)
+    for variant in ("int8", "dynamic-int8"):
+        assert "lstm" in {layer.op for layer in litert_quant.layers(program, variant)}
+    job = ConvertJob(program, args, signature_of(program), "dynamic-int8", tmp_path / "fp32", module=module)
+    quantizer = litert_quant.prepare(job)
+    try:
+        by_op = {layer.op: layer for layer in quantizer.layers}
+        assert "lstm" in by_op and "linear" in by_op, quantizer.layers  # the search lists the LSTM as a layer
+        steps = quantizer.ops[by_op["lstm"].id]
+        assert len(steps) > 12 * 2 * 10 and len(quantizer.ops[by_op["linear"].id]) == 1  # 12 steps x 2 layers
+    finally:
+        quantizer.close()
+    for variant in ("dynamic-int8", "int8"):
+        out = tmp_path / variant
+        out.mkdir()
+        kept = ConvertJob(program, args, signature_of(program), variant, out, module=module,
+                          float_layers=(by_op["lstm"].id,))
+        ops = read(convert(kept).artifact).ops
+        fcs = [o for o in ops if o.op == "FULLY_CONNECTED"]
+        assert len([o for o in fcs if o.weight_quantized]) == 1, fcs  # the head only: every LSTM step stayed float
+        assert len([o for o in fcs if not o.weight_quantized]) >= 2 * 11, fcs
+
+
+def _build(tmp_path, source: str):
+    import importlib.util
+
+    path = write_model_file(tmp_path, source)
+    spec = importlib.util.spec_from_file_location(f"m{abs(hash(source))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.build()
+
+
+def test_slower_than_eager_names_causes_and_the_faster_targets():
+    """Issue 20 item 3 (unit): a row slower than eager gets its runtime's causes and the targets that ran the
+    same variant faster; the same causes feed a quantized row's "slower than fp32" flag."""
+    from edgeport.validate import speed
+
+    causes = ["unrolled loops: LSTM_lstm 11 steps x 15 ops (...)"]
+    slow = row("fp32", 1000, 3.8, speed_causes=causes)
+    fast = {**row("fp32", 1000, 0.7), "target": "u"}
+    mute = {**row("fp32", 1000, 2.0), "target": "v"}
+    rows = speed.apply([slow, fast, mute], {"p50": 1.0})
+    block = slow["slower_than_eager"]
+    assert block["ratio"] == 3.8 and block["causes"] == causes
+    assert [(f["target"], f["ratio"]) for f in block["faster_elsewhere"]] == [("u", 0.7), ("v", 2.0)]
+    assert "slower_than_eager" not in fast and mute["slower_than_eager"]["causes"][0].startswith("no cause found")
+    assert any(n.startswith(speed.NOTE) and "u fp32 0.70x" in n for n in slow["notes"])
+    int8 = row("int8", 900, 8.0, speed_causes=causes)
+    payoff.apply([rows[0], int8])
+    assert "unrolled loops: LSTM_lstm" in int8["quantization"]["flags"][0]
+
+
+def test_litert_fp32_row_reads_the_unrolled_lstm_from_the_artifact(tmp_path):
+    """Issue 20 item 3: the LiteRT fp32 row of an LSTM says, from its .tflite, that the recurrence runs
+    unrolled (steps x ops per step) — the structure, never the timing, is asserted."""
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "litert", "-t", "onnx",
+                     "--samples", "2", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {r["target"]: r for r in read_report(out)["targets"]}
+    loops = rows["litert"]["unrolled"]
+    assert len(loops) == 2 and all(loop["op"] == "FULLY_CONNECTED" and loop["weight"] == [128, 32] for loop in loops)
+    assert all(loop["steps"] == 11 and 10 <= loop["ops_per_step"] <= 20 for loop in loops), loops  # 12 frames
+    assert any(c.startswith("unrolled loops: LSTM_lstm 11 steps") for c in rows["litert"]["speed_causes"])
+    assert "unrolled" not in rows["onnx"]  # onnxruntime runs one LSTM op per layer
+    block = rows["litert"].get("slower_than_eager")
+    if block is not None:  # timing decides whether it is slower; when it is, the causes are the artifact's
+        assert block["causes"] == rows["litert"]["speed_causes"]

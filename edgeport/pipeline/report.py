@@ -6,11 +6,12 @@ from __future__ import annotations
 
 def assemble(spec: str, rows: list[dict], session, task, timings: dict | None, threads, baseline=None,
              program: dict | None = None, params: int | None = None, config: dict | None = None) -> dict:
-    from edgeport.validate import payoff
+    from edgeport.validate import payoff, speed
     from edgeport.validate.environment import environment
     from edgeport.validate.report import build_report, finish_report
 
     rows = payoff.apply(rows)  # ratios to each target's fp32 row, and their budgets: needs every row
+    rows = speed.apply(rows, session.reference_latency if session else None)  # slower than eager: why, who is faster
     program = dict(program or {})
     params = program.pop("params", params)
     libraries = sorted({m for r in rows for m in target_requires(r["target"])}) + list(task.libraries)

@@ -23,6 +23,9 @@ ABSORBED = ("batch_norm", "_native_batch_norm_legit", "getitem", "relu", "relu6"
 RECURRENT = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 ATTENTION = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
              "_native_multi_head_attention")
+# a block is its module: every op the recurrent/attention module runs (an LSTM's state inits and unpacking,
+# attention's projections, reshapes and softmax) belongs to the layer, so keeping it float keeps it float whole
+BLOCKS = RECURRENT + ATTENTION
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,37 @@ def fx_layers(program, ops: Sequence[str], weighted: bool = False) -> list[Quant
                        user_source(node.meta.get("stack_trace"))) for node, module in found]
 
 
+def block_layers(program) -> list[QuantLayer]:
+    """The recurrent blocks that hold weights and the attention blocks: layers for every quantizer."""
+    return in_graph_order(program, fx_layers(program, RECURRENT, weighted=True), fx_layers(program, ATTENTION))
+
+
+def in_graph_order(program, *groups: Sequence[QuantLayer]) -> list[QuantLayer]:
+    """Layers of several ``fx_layers`` calls merged in graph order, each once."""
+    order = {n.name: i for i, n in enumerate(program.graph.nodes)}
+    merged = {layer.id: layer for group in groups for layer in group}
+    return sorted(merged.values(), key=lambda layer: order.get(layer.id, len(order)))
+
+
+def block_module(node) -> str | None:
+    """The module path of a block op's innermost module, or None (not a block, or called at the model's top
+    level, where "its module" would be the whole model)."""
+    if node is None or op_name(node) not in BLOCKS:
+        return None
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    path = stack[-1][0] if stack else ""
+    return path or None
+
+
+def block_members(program, node) -> list:
+    """The call_function nodes run inside a block op's module (its submodules included), graph order."""
+    path = block_module(node)
+    if path is None:
+        return []
+    return [n for n in program.graph.nodes if n.op == "call_function"
+            and any(p == path for p, _ in (n.meta.get("nn_module_stack") or {}).values())]
+
+
 def weight_args(node) -> list:
     """The arguments holding a layer's weights: a recurrent op's parameter list, else its second argument."""
     if op_name(node) in RECURRENT and len(node.args) > 2 and isinstance(node.args[2], (list, tuple)):
@@ -102,12 +136,16 @@ def _constant_names(program) -> set[str]:
 
 def owners(program, layer_ids: Sequence[str]) -> dict[str, str]:
     """FX node name -> the layer it belongs to: each layer's own node and the single-user chain of ops that
-    follow it and fuse into it (see ``ABSORBED``)."""
+    follow it and fuse into it (see ``ABSORBED``); a block's layer also owns its module's other nodes (see
+    ``BLOCKS``) unless they are layers asked for themselves."""
     nodes = {n.name: n for n in program.graph.nodes}
     result = {}
     for layer in layer_ids:
         result[layer] = layer
         node = nodes.get(layer)
+        for member in block_members(program, node):
+            if member.name not in layer_ids:
+                result.setdefault(member.name, layer)
         while node is not None and len(node.users) == 1:
             user = next(iter(node.users))
             if user.op != "call_function" or not any(a in str(user.target) for a in ABSORBED):

@@ -45,7 +45,12 @@ class BaseRunner:
 
     def why_slow(self, details: dict) -> str | None:
         """Why the artifact may be slower than PyTorch eager, when the runtime can tell."""
-        return None
+        return "; ".join(self.speed_causes(details)) or None
+
+    def speed_causes(self, details: dict) -> list[str]:
+        """What in the loaded artifact costs time (ops outside the accelerator, unrolled loops), read from the
+        artifact: the causes a row slower than eager, or a quantized row slower than fp32, names."""
+        return []
 
     @classmethod
     def describe_error(cls, exc: BaseException) -> str:

@@ -46,7 +46,7 @@ def compare_row(row: dict, base: dict | None) -> None:
                           "p50_ms": ((base or {}).get("latency_ms") or {}).get("p50"), "missing": why_not}
     record["size_ratio"] = None if why_not else _ratio(row.get("size_bytes"), base.get("size_bytes"))
     record["latency_ratio"], latency_gap = (None, None) if why_not else _latency_ratio(row, base)
-    record["flags"] = _flags(record, row.get("not_delegated") or {})
+    record["flags"] = _flags(record, row.get("not_delegated") or {}, row.get("speed_causes"))
     row["quantization"] = record
     notes = row.setdefault("notes", [])
     notes[:] = [n for n in notes if not n.startswith(NOTE_PREFIXES)]
@@ -82,10 +82,12 @@ def _ratio(a, b) -> float | None:
     return round(a / b, 4) if a and b else None
 
 
-def _flags(record: dict, not_delegated: dict) -> list[str]:
-    """"not smaller"/"slower" lines, each with the causes read from the artifact and the runtime's ops left
-    outside its accelerator (or saying none was found)."""
-    outside = [f"ops outside the delegate: {', '.join(f'{op} x{n}' for op, n in not_delegated.items())}"] if not_delegated else []
+def _flags(record: dict, not_delegated: dict, speed_causes: list | None = None) -> list[str]:
+    """"not smaller"/"slower" lines, each with the causes read from the artifact and what its runtime read
+    from it (``speed_causes``: ops outside its accelerator, unrolled loops — the same list a row slower than
+    eager names, :mod:`edgeport.validate.speed`), or saying none was found."""
+    outside = list(speed_causes or []) or (
+        [f"ops outside the delegate: {', '.join(f'{op} x{n}' for op, n in not_delegated.items())}"] if not_delegated else [])
     causes = "; ".join([*(record.get("causes") or []), *outside]) or "no cause found in the artifact"
     flags = []
     if record["size_ratio"] is not None and record["size_ratio"] >= 1.0:

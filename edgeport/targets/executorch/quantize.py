@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from edgeport.targets.executorch._base import (EagerRunner, QuantLayer, capture_mode, float_filter, fx_layers, owners,
-                                               to_torch)
+from edgeport.targets.executorch._base import (EagerRunner, QuantLayer, block_layers, capture_mode, float_filter,
+                                               fx_layers, in_graph_order, owners, to_torch)
 from edgeport.targets.executorch.lower import cpu_tracing
 
 # the ops XNNPACK's quantizer annotates that carry a weight: what a user would keep float
@@ -26,7 +26,8 @@ SCHEMES = {"int8": "static int8 (PT2E, XNNPACK quantizer: per-channel symmetric 
 
 
 def layers(program, variant: str) -> list[QuantLayer]:
-    return fx_layers(program, LAYER_OPS)
+    """The weighted ops, and the recurrent and attention blocks (each one layer: its module's nodes)."""
+    return in_graph_order(program, fx_layers(program, LAYER_OPS), block_layers(program))
 
 
 def only_filter(program, layer: str) -> Callable:

@@ -69,29 +69,35 @@ def with_fast_layers(job):
 
 
 def quantize_recurrent(path, job) -> None:
-    """Static int8 of a model with recurrent layers: their unrolled FCs get dynamic-range int8 weights (unless
-    the user keeps layers float: the post-pass cannot tell their FCs from the LSTM's, so it stays off)."""
+    """Static int8 of a model with recurrent layers: the unrolled FCs of each recurrent block get dynamic-range
+    int8 weights, except the blocks the user keeps float (``--fallback float`` names the block; its ops are
+    found by name, :mod:`edgeport.targets.litert.blocks`)."""
+    from edgeport.targets.litert import blocks
+
     recurrent = fx_layers(job.program, RECURRENT, weighted=True)
     if not recurrent:
         return
-    user = [f for f in job.float_layers or () if f not in {c.id for c in slow_int8_convs(job.program)}]
-    names = ", ".join(layer.name for layer in recurrent)
-    if user:
-        job.notes.append(f"int8: recurrent layers kept float ({names}): PT2E has no int8 LSTM, and with float layers "
-                         "kept by --fallback the dynamic-range pass is off")
+    floats = set(job.float_layers or ())
+    kept = [layer for layer in recurrent if layer.id in floats]
+    chosen = [layer for layer in recurrent if layer.id not in floats]
+    if kept:
+        job.notes.append(f"int8: recurrent layers kept float by --fallback float: {', '.join(k.name for k in kept)}")
+    regex = blocks.regex_of(job.program, [layer.id for layer in chosen])
+    if regex is None:
         return
-    path.write_bytes(dynamic_range_float_fcs(path.read_bytes()))
-    job.notes.append(f"int8: recurrent layers ({names}) quantized dynamic-range (int8 weights, float activations): "
-                     "PT2E has no int8 LSTM")
+    path.write_bytes(dynamic_range_fcs(path.read_bytes(), regex))
+    job.notes.append(f"int8: recurrent layers ({', '.join(c.name for c in chosen)}) quantized dynamic-range (int8 "
+                     "weights, float activations): PT2E has no int8 LSTM")
 
 
-def dynamic_range_float_fcs(content: bytes) -> bytes:
-    """Dynamic-range int8 on the float FULLY_CONNECTED ops of a (PT2E int8) flatbuffer."""
+def dynamic_range_fcs(content: bytes, regex: str = ".*") -> bytes:
+    """Dynamic-range int8 on the float FULLY_CONNECTED ops (of a PT2E int8 flatbuffer) whose output tensor
+    name ``regex`` selects."""
     from ai_edge_quantizer import qtyping, quantizer
     from litert_torch.generative.quantize import quant_recipes
     from litert_torch.quantize import translate_recipe
 
     dynamic = translate_recipe.translate_to_ai_edge_recipe(quant_recipes.full_dynamic_recipe().generative_recipe)
-    recipe = [{**entry, "operation": qtyping.TFLOperationName.FULLY_CONNECTED} for entry in dynamic]
+    recipe = [{**entry, "regex": regex, "operation": qtyping.TFLOperationName.FULLY_CONNECTED} for entry in dynamic]
     q = quantizer.Quantizer(content, recipe)
     return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)

@@ -29,7 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-from edgeport.quantize.layers import QuantLayer, fx_layers, weight_shape
+from edgeport.quantize.layers import QuantLayer, block_layers, fx_layers, in_graph_order, weight_shape
+from edgeport.targets.litert import blocks
 from edgeport.targets._pt2e import calibrated
 
 CONV = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "convolution")
@@ -48,7 +49,10 @@ SCHEMES = {"int8": "static int8 (PT2E: per-channel int8 weights, calibrated int8
 
 
 def layers(program, variant: str) -> list[QuantLayer]:
-    return fx_layers(program, STATIC_OPS if variant == "int8" else MATMUL + CONV, weighted=variant != "int8")
+    """The weighted ops the variant quantizes, and the recurrent and attention blocks (one layer each, all
+    their ops: :mod:`edgeport.targets.litert.blocks`)."""
+    weighted = fx_layers(program, STATIC_OPS if variant == "int8" else MATMUL + CONV, weighted=variant != "int8")
+    return in_graph_order(program, weighted, block_layers(program))
 
 
 def program_module(job):
@@ -188,9 +192,10 @@ class AeqQuantizer:
         self.measured = "simulation" if self.static else "artifact"
         model = flatbuffer_utils.read_model_from_bytearray(fp32_flatbuffer(job))
         candidates = layers(job.program, job.variant)
-        self.ops = match_ops(job.program, candidates, weighted_ops(model))
+        self.ops = {i: [op] for i, op in match_ops(job.program, candidates, weighted_ops(model)).items()}
+        self.ops.update(blocks.block_ops(job.program, candidates, model))  # every op of a block, all time steps
         self.layers = [c for c in candidates if c.id in self.ops]
-        tag(model, self.ops.values())
+        tag(model, sorted({i for ops in self.ops.values() for i in ops}))
         self.content = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
         self.tmp = Path(tempfile.mkdtemp(prefix="edgeport-fallback-"))
         self.qsvs = calibrate(self.content, self.tmp, job, self.recipe(".*")) if self.static else None
@@ -215,10 +220,10 @@ class AeqQuantizer:
         from ai_edge_quantizer.algorithm_manager import AlgorithmName
 
         q = quantizer.Quantizer(self.content, self.recipe(".*" if only is None else _regex(self.ops[only])))
-        for layer in float_layers:
-            if layer in self.ops:
-                q.update_quantization_recipe(regex=_regex(self.ops[layer]), algorithm_key=AlgorithmName.NO_QUANTIZE,
-                                             operation_name=qtyping.TFLOperationName.ALL_SUPPORTED)
+        floats = [op for layer in float_layers for op in self.ops.get(layer, ())]
+        if floats:
+            q.update_quantization_recipe(regex=_regex(floats), algorithm_key=AlgorithmName.NO_QUANTIZE,
+                                         operation_name=qtyping.TFLOperationName.ALL_SUPPORTED)
         return bytes(q.quantize(self.qsvs, enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
     def run(self, samples: Sequence, float_layers: Sequence[str] = (), only: str | None = None) -> list:
@@ -233,8 +238,9 @@ class AeqQuantizer:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _regex(op_index: int) -> str:
-    return re.escape(f"[edgeport:{op_index}]")
+def _regex(op_indices: Sequence[int]) -> str:
+    """The tags of the ops (one layer's, or several layers' kept float together)."""
+    return "|".join(re.escape(f"[edgeport:{i}]") for i in sorted(set(op_indices)))
 
 
 def calibrate(content: bytes, tmp: Path, job, recipe: list) -> dict:

@@ -37,6 +37,7 @@ class LiteRTRunner(BaseRunner):
         from ai_edge_litert.interpreter import Interpreter
 
         super().__init__(path, threads)
+        self.path = Path(path)
         self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
         self.interpreter.allocate_tensors()  # applies XNNPACK now (lazily otherwise), so details() sees it
         self.runner = self.interpreter.get_signature_runner()
@@ -55,16 +56,20 @@ class LiteRTRunner(BaseRunner):
         return {"inputs": [_describe(n, d) for n, d in self.inputs], "outputs": [_describe(n, d) for n, d in self.outputs]}
 
     def details(self) -> dict:
-        """Report fields: the ops XNNPACK left to the plain CPU kernels (op -> count)."""
-        return {"not_delegated": not_delegated(self.interpreter)}
+        """Report fields: the ops XNNPACK left to the plain CPU kernels (op -> count), and the loops the
+        converter unrolled (:mod:`edgeport.targets.litert.loops`)."""
+        from edgeport.targets.litert.loops import unrolled_loops
 
-    def why_slow(self, details: dict) -> str | None:
-        """Why this artifact may run slower than PyTorch eager, for the report's notes."""
+        loops = unrolled_loops(self.path)
+        return {"not_delegated": not_delegated(self.interpreter), **({"unrolled": loops} if loops else {})}
+
+    def speed_causes(self, details: dict) -> list[str]:
+        from edgeport.targets.litert.loops import describe
+
         ops = details.get("not_delegated") or {}
-        if not ops:
-            return None
-        listed = ", ".join(f"{op} x{n}" for op, n in ops.items())
-        return f"ops not delegated to XNNPACK (run on the reference CPU kernels): {listed}"
+        outside = ", ".join(f"{op} x{n}" for op, n in ops.items())
+        return [c for c in (f"ops not delegated to XNNPACK (run on the reference CPU kernels): {outside}" if ops else None,
+                            describe(details.get("unrolled") or [])) if c]
 
     @classmethod
     def describe_error(cls, exc: BaseException) -> str:
