@@ -157,7 +157,7 @@ def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[objec
     converted = target.convert(job)
     files = produced(before, job.out_dir, job.variant)
     artifact = str(converted.artifact.relative_to(job.out_dir))
-    if artifact in files:
+    if artifact in files and converted.cacheable:
         cache.put(key, job.out_dir, files, {"artifact": artifact, "details": converted.details,
                                             "notes": job.notes[notes_before:]},
                   describe={"kind": "row", "target": target.name, "variant": job.variant})

@@ -109,7 +109,8 @@ def merge_split(staging: Path, target, row: dict, pieces: list[tuple[dict, objec
     if not row.get("artifact"):
         return row
     row = target.merge_pieces(target_dir, row["variant"], row, done)
-    if cache is not None and row_plan.get("piece0_key") and len(done) == len(pieces):
+    cacheable = all(isinstance(r, dict) and r.get("cacheable", True) for _spec, r in pieces)
+    if cache is not None and row_plan.get("piece0_key") and len(done) == len(pieces) and cacheable:
         _store_whole(cache, target, target_dir, row, row_plan, done, files)
     return row
 
@@ -202,7 +203,7 @@ def run_piece(target, spec: dict, session, work: Path) -> dict:
             converted = target.convert(job)
     except Exception as exc:
         return {"piece": spec["piece"], "error": first_line(exc), "notes": job.notes}
-    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes}
+    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes, "cacheable": converted.cacheable}
 
 
 def restore_session(spec: dict):

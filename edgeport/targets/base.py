@@ -67,6 +67,9 @@ class Converted:
     artifact: Path
     details: dict = field(default_factory=dict)   # extra report fields (ops, compiles, ...)
     rewrites: list[str] = field(default_factory=list)   # what the target did beyond the shared passes
+    # False: the result depends on something outside the cache key (a compile process that died or timed
+    # out, which the machine decides), so it is reported but never stored in the cache
+    cacheable: bool = True
 
 
 @dataclass

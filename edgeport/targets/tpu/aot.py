@@ -7,7 +7,13 @@ bandwidth: an estimate, labelled so in every rendering (:func:`report_sections`)
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,26 +143,41 @@ def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dic
     return {**details, "tpu_compile": compiles + extra}
 
 
-def compile_id(serialized: bytes, lowered) -> dict:
+@dataclass(frozen=True)
+class CompileInput:
+    """What a compile needs, as data a child process reads (no pickle): the serialized ``jax.export``
+    (its TPU lowering is what libtpu compiles) and the concrete (shape, dtype) of each user input."""
+
+    serialized: bytes
+    avals: tuple
+
+    @staticmethod
+    def of(serialized: bytes, lowered) -> "CompileInput":
+        return CompileInput(serialized, tuple((tuple(int(d) for d in a.shape), str(a.dtype)) for a in lowered.compile_avals))
+
+
+def compile_id(compile_input: CompileInput) -> dict:
     """What decides a compile besides its topology: the serialized jax.export of the program (its StableHLO,
     weights' shapes and matmul precision), the shapes it is compiled at, the compiler's versions and the
-    code here that sets up sharding."""
+    code here and in the child that sets up sharding."""
     import hashlib
 
     from edgeport.validate.environment import package_versions
 
-    return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(serialized).hexdigest(),
-            "avals": [[list(a.shape), str(a.dtype)] for a in lowered.compile_avals],
-            "libraries": package_versions(["jax", "jaxlib", "libtpu"]),
-            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    code = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("aot_child.py").read_bytes()).hexdigest()
+    return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(compile_input.serialized).hexdigest(),
+            "avals": [[list(shape), dtype] for shape, dtype in compile_input.avals],
+            "libraries": package_versions(["jax", "jaxlib", "libtpu"]), "code": code}
 
 
-def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity: dict | None = None) -> dict:
+def compile_cached(topology: Topology, compile_input: CompileInput, out: Path, cache=None,
+                   identity: dict | None = None) -> dict:
     """:func:`compile_for_topology`, or its cached result (the executable verified by sha256 and the
     compiler's analysis; the compile's row says ``"cache": "hit"``). Failed compiles are cached too: they are
-    as deterministic as good ones."""
+    as deterministic as good ones; a compile whose process died or timed out is not (a timeout depends on
+    the machine)."""
     if cache is None or identity is None:
-        return compile_for_topology(topology, lowered, out)
+        return compile_for_topology(topology, compile_input, out)
     from edgeport.cache import key_of
 
     key = key_of({**identity, "topology": topology.name})
@@ -164,59 +185,65 @@ def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity:
     data = cache.get(key, out)
     if data is not None and "row" in data:
         return {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
-    row = compile_for_topology(topology, lowered, out)
-    files = [row["executable"]] if row.get("executable") else []
-    cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
+    row = compile_for_topology(topology, compile_input, out)
+    if "process" not in row:
+        files = [row["executable"]] if row.get("executable") else []
+        cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
     return row
 
 
-def compile_for_topology(topology: Topology, lowered: Lowered, out: Path, donate: tuple[int, ...] = (),
-                         program: str | None = None) -> dict:
-    """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row.
+def compile_for_topology(topology: Topology, compile_input: CompileInput, out: Path, donate: tuple[int, ...] = (),
+                         program: str | None = None, timeout: float | None = None) -> dict:
+    """libtpu compile for one topology on this host, in a child process (:mod:`aot_child`): a failure (out
+    of HBM, unsupported op), a libtpu abort or a hang past ``timeout`` stays in this topology's row.
     ``donate``: input positions whose buffers the outputs may reuse (a KV cache updated in place), so the
     memory analysis counts them once; ``program`` names one of several programs (generative signatures)."""
-    from edgeport.core.proc import redirected
-
-    row = {"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {})}
-    start = time.perf_counter()
     stem = f"{topology.slug}_{program}" if program else topology.slug
-    with redirected(fds=(2,)) as noise:
-        try:
-            compiled, sharding, devices = _compile(topology, lowered, donate)
-            row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
-            row["executable"] = _write_executable(compiled, out / "executables" / f"{stem}.tpu_exec", out)
-        except Exception as exc:
-            row["error"] = _compile_error(exc, noise)
+    executable = f"executables/{stem}.tpu_exec"
+    request = {"topology": topology.name, "generation": topology.generation, "shape": list(topology.shape),
+               "avals": [[list(shape), dtype] for shape, dtype in compile_input.avals], "donate": list(donate),
+               "out": str(Path(out).resolve()), "executable": executable}
+    start = time.perf_counter()
+    result = _compile_in_child(request, compile_input.serialized, timeout or COMPILE_TIMEOUT_S)
+    if not result.get("ok"):
+        (Path(out) / executable).unlink(missing_ok=True)  # nothing half-written stays beside the artifact
+    row = {"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {}), **result}
     row["compile_seconds"] = round(time.perf_counter() - start, 3)
     return row
 
 
-def _compile(topology: Topology, lowered: Lowered, donate: tuple[int, ...] = ()):
-    import jax
-    from jax.experimental import topologies
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    gen = topology.spec
-    shape3 = (*topology.shape, 1, 1)[:3]
-    topo = topologies.get_topology_desc(topology.name, platform="tpu", chip_config_name=gen.chip_config,
-                                        chips_per_host_bounds=shape3, num_slices=1, wrap=(gen.wrap,) * 3)
-    devices = len(topo.devices)
-    mesh = topologies.make_mesh(topo, (devices,), ("data",))
-    data_parallel = devices > 1 and _batch_divides(lowered.compile_avals, devices)
-    replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-    weights = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated) for k, v in lowered.weights.items()}
-    inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=batch if data_parallel else replicated)
-              for a in lowered.compile_avals]
-    jitted = jax.jit(lowered.fn, donate_argnums=tuple(1 + i for i in donate)) if donate else jax.jit(lowered.fn)
-    compiled = jitted.lower(weights, *inputs).compile()
-    return compiled, "data-parallel" if data_parallel else "replicated", devices
+# A hung compile is killed after this long (a MobileNetV2 compile takes ~1 min per topology on 2 cores).
+COMPILE_TIMEOUT_S = 1800.0
 
 
-def _batch_divides(avals: list, devices: int) -> bool:
-    """Shard the batch when every input has the same leading dim and it splits evenly over the devices."""
-    leading = {a.shape[0] if len(a.shape) else None for a in avals}
-    return len(leading) == 1 and isinstance(b := leading.pop(), int) and b % devices == 0
+def _compile_in_child(request: dict, serialized: bytes, timeout: float = COMPILE_TIMEOUT_S) -> dict:
+    """The child's compile row for ``request`` (topology, avals, donate, out, executable path); a child that
+    dies or times out gives ``{"ok": False, "error": ..., "process": ...}`` (the process field says so,
+    and such a row is not cached: a timeout depends on the machine)."""
+    with tempfile.TemporaryDirectory(prefix="edgeport-aot-") as tmp:
+        export, result, spec = Path(tmp) / "program.jax_export", Path(tmp) / "row.json", Path(tmp) / "request.json"
+        export.write_bytes(serialized)
+        spec.write_text(json.dumps({**request, "export": str(export), "result": str(result)}))
+        command = [sys.executable, "-m", "edgeport.targets.tpu.aot_child", str(spec)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": f"libtpu compile timed out after {timeout:g} s (killed)",
+                    "process": "timed out"}
+        if done.returncode == 0 and result.is_file():
+            return json.loads(result.read_text())
+        os.write(2, (done.stderr or "")[-4000:].encode(errors="replace"))  # the run's log keeps libtpu's last words
+        return {"ok": False, "error": _death(done), "process": f"exit {done.returncode}"}
+
+
+def _death(done: subprocess.CompletedProcess) -> str:
+    """The signal (or exit code) and libtpu's own reason: the last fatal (``F...``/``Check failed``) line."""
+    lines = [ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith("F") and ".cc:" in ln or "Check failed" in ln]
+    how = (f"killed by {signal.Signals(-done.returncode).name}" if done.returncode < 0
+           else f"exited with code {done.returncode}")
+    reason = (fatal or lines or [""])[-1]
+    return (f"libtpu compile process {how}" + (f": {reason}" if reason else ""))[:500]
 
 
 def _analysis(compiled, topology: Topology, devices: int) -> dict:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from edgeport.diagnostics import first_line, user_source, with_location
 from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
-from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_cached,  # noqa: F401
-                                     compile_for_topology, compile_id, merge_pieces, pieces, report_sections,
-                                     topologies_of, validate_topologies)
+from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, CompileInput,  # noqa: F401
+                                     compile_cached, compile_for_topology, compile_id, merge_pieces, pieces,
+                                     report_sections, topologies_of, validate_topologies)
 from edgeport.targets.tpu.runtime import JaxXlaRunner
 from edgeport.validate import parity
 
@@ -155,11 +155,12 @@ def convert(job: ConvertJob) -> Converted:
         lower_seconds = time.perf_counter() - start
         # artifact_only: a caller (e.g. parity localization) needs only something to run, not the TPU compiles
         topologies = [] if job.artifact_only else topologies_of(job.options)
-        identity = compile_id(serialized, lowered) if job.cache is not None and topologies else None
-        compiles = [compile_cached(t, lowered, out, job.cache, identity) for t in topologies]
+    compile_input = CompileInput.of(serialized, lowered)
+    identity = compile_id(compile_input) if job.cache is not None and topologies else None
+    compiles = [compile_cached(t, compile_input, out, job.cache, identity) for t in topologies]
     if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
         _add_notes(job, lowered, compiles)
-        return Converted(out, {"tpu_compile": compiles})
+        return Converted(out, {"tpu_compile": compiles}, cacheable=_cacheable(compiles))
     _write_artifact(out, job, exported, serialized, lowered, precision, compiles)
     _add_notes(job, lowered, compiles)
     host = tpu_host_status()
@@ -168,7 +169,13 @@ def convert(job: ConvertJob) -> Converted:
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
     if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
-    return Converted(out / EXPORT_FILE, details)
+    return Converted(out / EXPORT_FILE, details, cacheable=_cacheable(compiles))
+
+
+def _cacheable(compiles: list[dict]) -> bool:
+    """A compile whose process died or timed out says something about this machine and moment: the
+    conversion is reported, not cached (the next run compiles again)."""
+    return not any("process" in c for c in compiles)
 
 
 def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, lowered: Lowered, precision: str,
