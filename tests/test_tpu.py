@@ -148,19 +148,22 @@ def test_out_of_hbm_fails_only_that_topology(tmp_path):
 
 
 def test_libtpu_abort_and_hang_fail_only_that_compile(tmp_path):
-    """A topology libtpu aborts on (a 32x32 v5e slice: its CHECK fails, SIGABRT) and a compile past its
-    timeout each fail their own entry, from a child process; this process and the next compile go on."""
+    """A topology libtpu aborts on (a 32x32 v5e slice: its CHECK fails, SIGABRT) between two good ones, all
+    of one program in one child: the abort fails its own entry, the compile before it stands, the one after
+    it compiles in a new child; a compile making no progress past its timeout is killed and fails its entry."""
     from edgeport.targets.tpu import aot as tpu_aot
 
     program = _sort_program(64)
     aborting = tpu_aot.Topology("v5e:32x32", "v5e", (32, 32))  # the parser refuses it; libtpu itself aborts
-    crashed = tpu_aot.compile_for_topology(aborting, program, tmp_path)
+    before, crashed, after = tpu_aot.compile_for_topologies(
+        [tpu_aot.parse_topology("v5e:1x1"), aborting, tpu_aot.parse_topology("v5e:2x2")], program, tmp_path)
     assert not crashed["ok"] and crashed["process"].startswith("exit") and "SIGABRT" in crashed["error"], crashed
-    hung = tpu_aot.compile_for_topology(tpu_aot.parse_topology("v5e:2x2"), program, tmp_path, timeout=0.05)
+    assert "Check failed" in crashed["error"] and crashed["topology"] == "v5e:32x32"
+    assert before["ok"] and after["ok"] and after["devices"] == 4, (before, after)
+    assert sorted(p.name for p in (tmp_path / "executables").iterdir()) == ["v5e_1x1.tpu_exec", "v5e_2x2.tpu_exec"]
+    hung = tpu_aot.compile_for_topology(tpu_aot.parse_topology("v6e:1x1"), program, tmp_path, timeout=0.05)
     assert not hung["ok"] and "timed out after 0.05 s" in hung["error"] and hung["process"] == "timed out"
-    fine = tpu_aot.compile_for_topology(tpu_aot.parse_topology("v5e:2x2"), program, tmp_path)
-    assert fine["ok"] and fine["devices"] == 4, fine
-    assert sorted(p.name for p in (tmp_path / "executables").iterdir()) == ["v5e_2x2.tpu_exec"]
+    assert not (tmp_path / "executables" / "v6e_1x1.tpu_exec").exists()
 
 
 def test_compile_abort_fails_its_topology_not_the_run(tmp_path):

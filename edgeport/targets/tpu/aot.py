@@ -7,13 +7,7 @@ bandwidth: an estimate, labelled so in every rendering (:func:`report_sections`)
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,86 +158,68 @@ def compile_id(compile_input: CompileInput) -> dict:
 
     from edgeport.validate.environment import package_versions
 
-    code = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("aot_child.py").read_bytes()).hexdigest()
+    code = hashlib.sha256(b"".join(Path(__file__).with_name(f).read_bytes() for f in ("aot.py", "aot_child.py", "aot_process.py"))).hexdigest()
     return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(compile_input.serialized).hexdigest(),
             "avals": [[list(shape), dtype] for shape, dtype in compile_input.avals],
             "libraries": package_versions(["jax", "jaxlib", "libtpu"]), "code": code}
 
 
-def compile_cached(topology: Topology, compile_input: CompileInput, out: Path, cache=None,
-                   identity: dict | None = None) -> dict:
-    """:func:`compile_for_topology`, or its cached result (the executable verified by sha256 and the
-    compiler's analysis; the compile's row says ``"cache": "hit"``). Failed compiles are cached too: they are
-    as deterministic as good ones; a compile whose process died or timed out is not (a timeout depends on
-    the machine)."""
+def compile_cached(topologies: list[Topology], compile_input: CompileInput, out: Path, cache=None,
+                   identity: dict | None = None) -> list[dict]:
+    """:func:`compile_for_topologies`, with each topology's cached result where there is one (the
+    executable verified by sha256 and the compiler's analysis; the compile's row says ``"cache": "hit"``).
+    Failed compiles are cached too: they are as deterministic as good ones; a compile whose process died
+    or timed out is not (a timeout depends on the machine)."""
     if cache is None or identity is None:
-        return compile_for_topology(topology, compile_input, out)
+        return compile_for_topologies(topologies, compile_input, out)
     from edgeport.cache import key_of
 
-    key = key_of({**identity, "topology": topology.name})
-    start = time.perf_counter()
-    data = cache.get(key, out)
-    if data is not None and "row" in data:
-        return {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
-    row = compile_for_topology(topology, compile_input, out)
-    if "process" not in row:
-        files = [row["executable"]] if row.get("executable") else []
-        cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
-    return row
+    rows, keys = {}, {t.name: key_of({**identity, "topology": t.name}) for t in topologies}
+    for topology in topologies:
+        start = time.perf_counter()
+        data = cache.get(keys[topology.name], out)
+        if data is not None and "row" in data:
+            rows[topology.name] = {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
+    missing = [t for t in topologies if t.name not in rows]
+    for topology, row in zip(missing, compile_for_topologies(missing, compile_input, out)):
+        rows[topology.name] = row
+        if "process" not in row:
+            files = [row["executable"]] if row.get("executable") else []
+            cache.put(keys[topology.name], out, files, {"row": dict(row)},
+                      describe={"kind": "tpu_compile", "topology": topology.name})
+    return [rows[t.name] for t in topologies]
 
 
 def compile_for_topology(topology: Topology, compile_input: CompileInput, out: Path, donate: tuple[int, ...] = (),
                          program: str | None = None, timeout: float | None = None) -> dict:
-    """libtpu compile for one topology on this host, in a child process (:mod:`aot_child`): a failure (out
-    of HBM, unsupported op), a libtpu abort or a hang past ``timeout`` stays in this topology's row.
+    return compile_for_topologies([topology], compile_input, out, donate, program, timeout)[0]
+
+
+def compile_for_topologies(topologies: list[Topology], compile_input: CompileInput, out: Path,
+                           donate: tuple[int, ...] = (), program: str | None = None,
+                           timeout: float | None = None) -> list[dict]:
+    """libtpu compiles of one program for each topology on this host, in a child process
+    (:mod:`aot_child`, started by :mod:`aot_process`): a failure (out of HBM, unsupported op), a libtpu abort
+    or a compile making no progress for ``timeout`` seconds stays in that topology's row.
     ``donate``: input positions whose buffers the outputs may reuse (a KV cache updated in place), so the
     memory analysis counts them once; ``program`` names one of several programs (generative signatures)."""
-    stem = f"{topology.slug}_{program}" if program else topology.slug
-    executable = f"executables/{stem}.tpu_exec"
-    request = {"topology": topology.name, "generation": topology.generation, "shape": list(topology.shape),
-               "avals": [[list(shape), dtype] for shape, dtype in compile_input.avals], "donate": list(donate),
-               "out": str(Path(out).resolve()), "executable": executable}
-    start = time.perf_counter()
-    result = _compile_in_child(request, compile_input.serialized, timeout or COMPILE_TIMEOUT_S)
-    if not result.get("ok"):
-        (Path(out) / executable).unlink(missing_ok=True)  # nothing half-written stays beside the artifact
-    row = {"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {}), **result}
-    row["compile_seconds"] = round(time.perf_counter() - start, 3)
-    return row
+    from edgeport.targets.tpu.aot_process import COMPILE_TIMEOUT_S, run_compiles
 
-
-# A hung compile is killed after this long (a MobileNetV2 compile takes ~1 min per topology on 2 cores).
-COMPILE_TIMEOUT_S = 1800.0
-
-
-def _compile_in_child(request: dict, serialized: bytes, timeout: float = COMPILE_TIMEOUT_S) -> dict:
-    """The child's compile row for ``request`` (topology, avals, donate, out, executable path); a child that
-    dies or times out gives ``{"ok": False, "error": ..., "process": ...}`` (the process field says so,
-    and such a row is not cached: a timeout depends on the machine)."""
-    with tempfile.TemporaryDirectory(prefix="edgeport-aot-") as tmp:
-        export, result, spec = Path(tmp) / "program.jax_export", Path(tmp) / "row.json", Path(tmp) / "request.json"
-        export.write_bytes(serialized)
-        spec.write_text(json.dumps({**request, "export": str(export), "result": str(result)}))
-        command = [sys.executable, "-m", "edgeport.targets.tpu.aot_child", str(spec)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"libtpu compile timed out after {timeout:g} s (killed)",
-                    "process": "timed out"}
-        if done.returncode == 0 and result.is_file():
-            return json.loads(result.read_text())
-        os.write(2, (done.stderr or "")[-4000:].encode(errors="replace"))  # the run's log keeps libtpu's last words
-        return {"ok": False, "error": _death(done), "process": f"exit {done.returncode}"}
-
-
-def _death(done: subprocess.CompletedProcess) -> str:
-    """The signal (or exit code) and libtpu's own reason: the last fatal (``F...``/``Check failed``) line."""
-    lines = [ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()]
-    fatal = [ln for ln in lines if ln.startswith("F") and ".cc:" in ln or "Check failed" in ln]
-    how = (f"killed by {signal.Signals(-done.returncode).name}" if done.returncode < 0
-           else f"exited with code {done.returncode}")
-    reason = (fatal or lines or [""])[-1]
-    return (f"libtpu compile process {how}" + (f": {reason}" if reason else ""))[:500]
+    if not topologies:
+        return []
+    stems = [f"{t.slug}_{program}" if program else t.slug for t in topologies]
+    requests = [{"topology": t.name, "generation": t.generation, "shape": list(t.shape),
+                 "executable": f"executables/{stem}.tpu_exec"} for t, stem in zip(topologies, stems)]
+    common = {"avals": [[list(shape), dtype] for shape, dtype in compile_input.avals], "donate": list(donate),
+              "out": str(Path(out).resolve())}
+    results = run_compiles(requests, compile_input.serialized, common, timeout or COMPILE_TIMEOUT_S)
+    rows = []
+    for topology, request, result in zip(topologies, requests, results):
+        if not result.get("ok"):
+            (Path(out) / request["executable"]).unlink(missing_ok=True)  # nothing half-written stays behind
+        rows.append({"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {}),
+                     "compile_seconds": None, **result})
+    return rows
 
 
 def _analysis(compiled, topology: Topology, devices: int) -> dict:

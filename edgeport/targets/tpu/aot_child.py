@@ -1,5 +1,5 @@
-"""One libtpu ahead-of-time compile in a child process (``python -m edgeport.targets.tpu.aot_child REQUEST``),
-started by :func:`edgeport.targets.tpu.aot.compile_for_topology`.
+"""libtpu ahead-of-time compiles in a child process (``python -m edgeport.targets.tpu.aot_child REQUEST``),
+started and watched by :mod:`edgeport.targets.tpu.aot_process`.
 
 Why a child: libtpu aborts the whole process on some inputs (a ``CHECK`` failure is SIGABRT, rc 134) and a
 compile can run away; in edgeport's own process either would lose every row, the report and the staging
@@ -8,10 +8,8 @@ other topologies compile, the report is written.
 
 What crosses the boundary is data, never a pickle: the serialized ``jax.export`` (bytes in a file), the
 input shapes and dtypes to compile at, the topology name and the paths to write to (JSON). The child
-writes the executable and its compile row (JSON); the parent reads the row back.
-
-Cost: each compile pays a Python start, the jax import and libtpu's load (about 2-3 s on the 2-core CI
-host, measured in the closing note); edgeport's own process no longer loads libtpu at all.
+writes each executable and compile row (JSON) as it finishes; the parent reads the rows back. edgeport's
+own process no longer loads libtpu at all.
 """
 
 from __future__ import annotations
@@ -19,30 +17,40 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
+
+STARTED = time.perf_counter()  # the first compile's time includes the child's start (imports, libtpu)
 
 
 def child_main(argv: list[str]) -> None:
+    """Compile the program for each item in turn, writing each row (JSON) as soon as it is known: the
+    parent reads progress from them, and a death from the first item without one."""
+    import resource
+
     from edgeport.core.proc import redirected
     from edgeport.targets._jax import prefer_cpu_backend
     from edgeport.targets.tpu.aot import Topology, _analysis, _compile_error, _write_executable
 
-    import resource
-
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an abort leaves its reason on stderr, not a core file
     request = json.loads(Path(argv[0]).read_text())
     prefer_cpu_backend()
-    topology = Topology(request["topology"], request["generation"], tuple(request["shape"]))
-    out, row = Path(request["out"]), {"ok": False, "error": None}
-    with redirected(fds=(2,)) as noise:
-        try:
-            compiled, sharding, devices = _compile(topology, Path(request["export"]).read_bytes(),
-                                                   request["avals"], tuple(request["donate"]))
-            row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
-            row["executable"] = _write_executable(compiled, out / request["executable"], out)
-        except Exception as exc:
-            row["error"] = _compile_error(exc, noise)
-    Path(request["result"]).write_text(json.dumps(row))
+    out, serialized, started = Path(request["out"]), Path(request["export"]).read_bytes(), STARTED
+    for item in request["items"]:
+        topology = Topology(item["topology"], item["generation"], tuple(item["shape"]))
+        row = {"ok": False, "error": None}
+        # libtpu's messages go to a file beside the row: the parent quotes it when this compile aborts
+        with redirected(Path(item["result"] + ".log"), fds=(2,)) as noise:
+            try:
+                compiled, sharding, devices = _compile(topology, serialized, request["avals"], tuple(request["donate"]))
+                row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
+                row["executable"] = _write_executable(compiled, out / item["executable"], out)
+            except Exception as exc:
+                row["error"] = _compile_error(exc, noise)
+        row["compile_seconds"] = round(time.perf_counter() - started, 3)
+        Path(item["result"] + ".tmp").write_text(json.dumps(row))
+        os.replace(item["result"] + ".tmp", item["result"])  # whole rows only: the parent polls for them
+        started = time.perf_counter()
 
 
 def _compile(topology, serialized: bytes, avals: list, donate: tuple[int, ...] = ()):

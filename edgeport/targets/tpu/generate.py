@@ -85,11 +85,11 @@ def _merge_weights(into: dict, weights: dict) -> None:
 
 
 def _compile_all(topologies, compile_input, out: Path, donate: tuple, name: str) -> list[dict]:
-    """Each topology in its own child process (a libtpu abort fails that compile only); the export's
-    matmul precision is in its StableHLO already."""
-    from edgeport.targets.tpu.aot import compile_for_topology
+    """In a child process (a libtpu abort fails that compile only); the export's matmul precision is in
+    its StableHLO already."""
+    from edgeport.targets.tpu.aot import compile_for_topologies
 
-    return [compile_for_topology(t, compile_input, out, donate, program=name) for t in topologies]
+    return compile_for_topologies(topologies, compile_input, out, donate, program=name)
 
 
 def _write(out: Path, weights: dict, meta: dict, job: GenerativeJob, precision: str) -> None:

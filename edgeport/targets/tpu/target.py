@@ -157,7 +157,7 @@ def convert(job: ConvertJob) -> Converted:
         topologies = [] if job.artifact_only else topologies_of(job.options)
     compile_input = CompileInput.of(serialized, lowered)
     identity = compile_id(compile_input) if job.cache is not None and topologies else None
-    compiles = [compile_cached(t, compile_input, out, job.cache, identity) for t in topologies]
+    compiles = compile_cached(topologies, compile_input, out, job.cache, identity)
     if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
         _add_notes(job, lowered, compiles)
         return Converted(out, {"tpu_compile": compiles}, cacheable=_cacheable(compiles))
