@@ -29,11 +29,13 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
 
 
 def validate(directory: Path, judge: JudgeOptions | None = None, junit: Path | None = None,
-             trust_pickle: bool = False, progress: Progress | None = None) -> Result:
-    """Judge the artifacts already in ``directory`` again (no conversion) and update its report."""
+             trust_pickle: bool = False, progress: Progress | None = None, decompositions: str | None = None) -> Result:
+    """Judge the artifacts already in ``directory`` again (no conversion) and update its report.
+    ``decompositions``: the ``--decompositions`` file the directory was converted with (its custom-op
+    namespaces may then appear in the programs read back, as in ``convert``)."""
     from edgeport.pipeline.validate import validate as run_validate
 
-    return run_validate(Path(directory), judge or JudgeOptions(), junit, trust_pickle, progress)
+    return run_validate(Path(directory), judge or JudgeOptions(), junit, trust_pickle, progress, decompositions)
 
 
 def render(directory: Path, formats: list[str], baseline: Path | None = None, config: Path | None = None,

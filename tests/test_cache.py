@@ -309,3 +309,37 @@ def test_a_cache_pointed_at_a_users_directory_touches_only_its_own_files(tmp_pat
     assert Cache().info()["entries"] == 0
     for rel in ("tmp/notes.txt", "tmp/project/main.py", "entries/ab/mine/meta.json"):
         assert (home / rel).is_file(), rel
+
+
+def test_text_generation_rows_use_the_cache_and_reuse_verdicts(tmp_path):
+    """A text-generation row is cached as a forward row is: an unchanged rerun is a hit (same artifact
+    bytes) and with --reuse-verdict keeps the stored verdict (generation block included, nothing judged);
+    another --gen-tokens is another artifact key (miss); other prompts (--seed) reuse the artifact but not
+    the verdict, which is judged again."""
+    import tiny_lm
+
+    model_dir = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    settings = {"--prefill-len": "4", "--cache-len": "16", "--gen-tokens": "4", "--samples": "2", "--seed": "0"}
+
+    def run(out, *flags, **changed):
+        args = [a for k, v in {**settings, **changed}.items() for a in (k, v)]
+        result = run_cli("convert", f"hf:{model_dir}", "-t", "onnx", "--no-latency", *args, *flags,
+                         "--out", tmp_path / out, timeout=900)
+        assert result.returncode == 0, result.stdout + result.stderr
+        report = read_report(tmp_path / out)
+        return report, _rows(tmp_path / out)[("onnx", "fp32")]
+
+    _, first = run("a")
+    assert first["cache"] == "miss" and first["status"] == "ok" and "verdict" not in first
+    report, reused = run("b", "--reuse-verdict")
+    assert reused["cache"] == "hit" and reused["verdict"] == "cached", reused
+    assert reused["sha256"] == first["sha256"] and reused["generation"] == first["generation"]
+    assert reused["parity"] == first["parity"] and any("--reuse-verdict" in n for n in reused["notes"])
+    assert report["generation"]["new_tokens"] == 4
+    _, longer = run("c", "--reuse-verdict", **{"--gen-tokens": "5"})
+    assert longer["cache"] == "miss" and "verdict" not in longer
+    assert longer["generation"]["tokens_total"] == 2 * 5
+    _, other_prompts = run("d", "--reuse-verdict", **{"--seed": "1"})
+    assert other_prompts["cache"] == "hit" and "verdict" not in other_prompts, other_prompts
+    assert other_prompts["generation"]["tokens_total"] == 2 * 4 and other_prompts["status"] == "ok"
+    assert Cache().info()["kinds"]["row"] == 2

@@ -57,8 +57,8 @@ def test_every_target_generates_the_reference_tokens(llama):
         assert set(g["prefill_ms"]) == {"4", "8"} and g["decode_ms_per_token"] > 0 and g["tokens_per_s"] > 0
         assert g["kv_cache_bytes"] == kv_bytes and g["peak_rss_bytes"] > 0 and g["vs_eager"] > 0
         assert row["latency_ms"]["p50"] == pytest.approx(g["decode_ms_per_token"])
-        # "cache" is the conversion cache's hit/miss/off (forward rows); the KV cache has its own key
-        assert "cache" not in row, row.get("cache")
+        # "cache" is the conversion cache's hit/miss/off (a fresh cache: miss); the KV cache has its own key
+        assert row["cache"] == "miss" and "verdict" not in row, row.get("cache")
     assert rows_of(report)[("litert", "fp32")]["kv_cache"].startswith("explicit input/output state")
     md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert "Text generation" in md and "decode ms/token" in md and "id='generation'" in html
@@ -201,7 +201,6 @@ def test_plan_refuses_before_loading(llama, tmp_path):
         (dict(model=f"hf:{model_dir}", dynamic=["batch"]), "--dynamic does not apply"),
         (dict(model=f"hf:{model_dir}", budgets=["onnx.int4-block32.cosine_min=0.9"]), "has no variant 'int4-block32'"),
         (dict(model=f"hf:{model_dir}", task="juggle"), "unknown --task"),
-        (dict(model=f"hf:{model_dir}", reuse_verdict=True), "--reuse-verdict does not apply"),
     ]
     for options, message in cases:
         with pytest.raises(UsageError, match=re.escape(message)):

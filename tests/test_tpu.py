@@ -118,23 +118,76 @@ print(json.dumps({{"rows": r.report["targets"], "torch_tpu_imported": "torch_tpu
     assert compiles["v5p:2x2x1"]["est_seconds"] < compiles["v5e:2x2"]["est_seconds"]
 
 
-def test_out_of_hbm_fails_only_that_topology(tmp_path):
-    """A program needing ~18 GiB of temporaries: over a v5e's 16 GiB, within a v6e's 32 GiB (compile only,
-    nothing is allocated here)."""
+def _sort_program(size: int):
+    """A program needing size**2 * 4 bytes of temporaries (an outer product sorted), serialized for the compile."""
     import jax
     import jax.numpy as jnp
 
-    from edgeport.targets.tpu import aot as tpu_aot, target as tpu
+    from edgeport.targets.tpu import aot as tpu_aot
     from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
     libtpu_compile_env()
-    aval = jax.ShapeDtypeStruct((50000,), jnp.float32)
-    lowered = tpu.Lowered(lambda w, x: (jnp.sort(x[:, None] * x[None, :], axis=0).sum(0),), {}, [aval], [aval], {})
-    small, large = (tpu_aot.compile_for_topology(tpu_aot.parse_topology(t), lowered, tmp_path)
+    aval = jax.ShapeDtypeStruct((size,), jnp.float32)
+    exported = jax.export.export(jax.jit(lambda w, x: (jnp.sort(x[:, None] * x[None, :], axis=0).sum(0),)),
+                                 platforms=("cpu", "tpu"))({}, aval)
+    return tpu_aot.CompileInput(exported.serialize(), (((size,), "float32"),))
+
+
+def test_out_of_hbm_fails_only_that_topology(tmp_path):
+    """A program needing ~18 GiB of temporaries: over a v5e's 16 GiB, within a v6e's 32 GiB (compile only,
+    nothing is allocated here)."""
+    from edgeport.targets.tpu import aot as tpu_aot
+
+    program = _sort_program(50000)
+    small, large = (tpu_aot.compile_for_topology(tpu_aot.parse_topology(t), program, tmp_path)
                     for t in ("v5e:1x1", "v6e:1x1"))
     assert not small["ok"] and "HBM" in small["error"] and "peak_bytes" not in small
     assert large["ok"] and large["fits_hbm"] and large["peak_bytes"] > tpu_aot.GENERATIONS["v5e"].hbm_bytes
+    assert (tmp_path / large["executable"]).stat().st_size > 1000 and "process" not in large
+
+
+def test_libtpu_abort_and_hang_fail_only_that_compile(tmp_path):
+    """A topology libtpu aborts on (a 32x32 v5e slice: its CHECK fails, SIGABRT) between two good ones, all
+    of one program in one child: the abort fails its own entry, the compile before it stands, the one after
+    it compiles in a new child; a compile making no progress past its timeout is killed and fails its entry."""
+    from edgeport.targets.tpu import aot as tpu_aot
+
+    program = _sort_program(64)
+    aborting = tpu_aot.Topology("v5e:32x32", "v5e", (32, 32))  # the parser refuses it; libtpu itself aborts
+    before, crashed, after = tpu_aot.compile_for_topologies(
+        [tpu_aot.parse_topology("v5e:1x1"), aborting, tpu_aot.parse_topology("v5e:2x2")], program, tmp_path)
+    assert not crashed["ok"] and crashed["process"].startswith("exit") and "SIGABRT" in crashed["error"], crashed
+    assert "Check failed" in crashed["error"] and crashed["topology"] == "v5e:32x32"
+    assert before["ok"] and after["ok"] and after["devices"] == 4, (before, after)
+    assert sorted(p.name for p in (tmp_path / "executables").iterdir()) == ["v5e_1x1.tpu_exec", "v5e_2x2.tpu_exec"]
+    hung = tpu_aot.compile_for_topology(tpu_aot.parse_topology("v6e:1x1"), program, tmp_path, timeout=0.05)
+    assert not hung["ok"] and "timed out after 0.05 s" in hung["error"] and hung["process"] == "timed out"
+    assert not (tmp_path / "executables" / "v6e_1x1.tpu_exec").exists()
+
+
+def test_compile_abort_fails_its_topology_not_the_run(tmp_path):
+    """End to end: a compile child that aborts (the test hook, for a topology the parser accepts) leaves a
+    failed entry for that topology, the other topology compiled, the row judged, the report written (exit 0:
+    compiles are information, parity gates) and no staging folder behind; the failure is not cached."""
+    out = tmp_path / "out"
+    env = {**os.environ, "EDGEPORT_TEST_TPU_COMPILE_ABORT": "v5e:2x2", "EDGEPORT_CACHE": str(tmp_path / "cache")}
+    args = ("convert", f"{MODELS}:mlp", "-t", "tpu", "--tpu-topology", "v5e:1x1", "--tpu-topology", "v5e:2x2",
+            "--out", out, "--no-latency", "--samples", "2")
+    result = run_cli(*args, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = read_report(out)["targets"][0]
+    compiles = {c["topology"]: c for c in row["tpu_compile"]}
+    assert row["status"] == "ok" and compiles["v5e:1x1"]["ok"], compiles
+    assert not compiles["v5e:2x2"]["ok"] and "SIGABRT" in compiles["v5e:2x2"]["error"]
+    assert any("v5e:2x2 failed" in n and "SIGABRT" in n for n in row["notes"])
+    assert "SIGABRT" in (out / "report.md").read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith((".", "out."))] == []
+    env.pop("EDGEPORT_TEST_TPU_COMPILE_ABORT")
+    again = run_cli(*args, "--force", env=env)
+    assert again.returncode == 0, again.stderr
+    compiles = {c["topology"]: c for c in read_report(out)["targets"][0]["tpu_compile"]}
+    assert compiles["v5e:2x2"]["ok"] and compiles["v5e:1x1"].get("cache") == "hit", compiles
 
 
 @pytest.mark.parametrize("topology", ["v9:2x2", "v5e:2x2x1", "v5e", "v5p:2x2", "v6e:0x1", "tpu"])

@@ -103,3 +103,29 @@ def perturb_largest_initializer(path):
     weights += np.random.default_rng(0).normal(0, 0.5, weights.shape).astype(weights.dtype)
     init.CopyFrom(numpy_helper.from_array(weights, init.name))
     onnx.save(model, str(path))
+
+
+def test_validate_takes_decompositions_as_convert_does(tmp_path):
+    """A DIR converted with --decompositions holds a program calling the user's custom op: validate reads
+    it back only when told the same file (exit 2 naming the namespace without it), then judges the rows."""
+    decomps = tmp_path / "my_decomps.py"
+    decomps.write_text(f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\n"
+                       "import models  # registers edgeport_tests::np_square, which the program calls\n"
+                       "DECOMPOSITIONS = {'edgeport_tests::np_square': lambda x: x * x}\n")
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:opaque_op", "-t", "onnx", "--out", out, "--no-latency", "--samples", "2",
+                     "--decompositions", decomps)
+    assert result.returncode == 0, result.stdout + result.stderr
+    refused = run_cli("validate", out, "--no-latency", "--samples", "2")
+    # the op is unknown to this process (its file registers it) or its namespace unnamed: bad input either way
+    assert refused.returncode == 2 and "exported.pt2" in refused.stderr and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    validated = run_cli("validate", out, "--no-latency", "--samples", "3", "--decompositions", decomps)
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    report = read_report(out)
+    assert report["validated"]["samples"] == 3 and report["targets"][0]["status"] == "ok"
+    assert report["targets"][0]["parity"]["samples"] == 3
+    bad = tmp_path / "bad.py"
+    bad.write_text("X = 1\n")
+    wrong = run_cli("validate", out, "--no-latency", "--decompositions", bad)
+    assert wrong.returncode == 2 and "DECOMPOSITIONS" in wrong.stderr and "Traceback" not in wrong.stderr

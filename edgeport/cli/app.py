@@ -31,6 +31,7 @@ SEQ_LEN_OPTION = typer.Option(16, "--seq-len", help="hf: text models' example se
 BASELINE_OPTION = typer.Option(None, "--baseline", help="earlier report.json: mark regressions, exit 1 on one")
 TRUST_PICKLE_OPTION = typer.Option(False, "--trust-pickle", help="let a .pt2 unpickle objects (runs code stored in the archive: only for files you trust)")
 TRUST_REMOTE_CODE_OPTION = typer.Option(False, "--trust-remote-code", help="hf: let the model directory's own Python code run (only for repositories you trust)")
+DECOMPOSITIONS_OPTION = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS = {'ns::op': fn} for custom ops (names the namespaces a .pt2 may call)")
 MODEL_ARGUMENT = typer.Argument(..., help="file.py:callable, package.module:callable, program.pt2 or hf:<dir|hub id>")
 
 

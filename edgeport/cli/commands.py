@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from edgeport.cli.app import (BASELINE_OPTION, BUDGET_OPTION, CONFIG_OPTION, DATA_OPTION, MODEL_ARGUMENT,
+from edgeport.cli.app import (BASELINE_OPTION, BUDGET_OPTION, CONFIG_OPTION, DATA_OPTION, DECOMPOSITIONS_OPTION, MODEL_ARGUMENT,
                               NO_LATENCY_OPTION, SAMPLES_OPTION, SEED_OPTION, SEQ_LEN_OPTION, THREADS_OPTION,
                               TRUST_PICKLE_OPTION, TRUST_REMOTE_CODE_OPTION, app, native_output_to, parse_threads,
                               with_progress, with_target_options)
@@ -41,7 +41,7 @@ def convert(
     seq_len: int = SEQ_LEN_OPTION,
     localize: bool = typer.Option(True, "--localize/--no-localize", help="on a parity failure, bisect for the first diverging layer"),
     baseline: Optional[Path] = BASELINE_OPTION,
-    decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS = {'ns::op': fn} for custom ops"),
+    decompositions: Optional[str] = DECOMPOSITIONS_OPTION,
     dynamic: List[str] = typer.Option([], "--dynamic", help="keep a dimension symbolic in the export (batch); the report says which targets kept it"),
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
@@ -89,13 +89,15 @@ def validate(
     budget: List[str] = BUDGET_OPTION,
     baseline: Optional[Path] = BASELINE_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
+    decompositions: Optional[str] = DECOMPOSITIONS_OPTION,
 ) -> None:
     """Re-run parity and latency on the artifacts in DIR (no conversion) and update its report."""
     from edgeport import api
 
     judge = api.JudgeOptions(threads=parse_threads(threads), samples=samples, seed=seed, data=data,
                              latency=not no_latency, config=config, budgets=tuple(budget), baseline=baseline)
-    result = with_progress(lambda progress: api.validate(directory, judge, junit, trust_pickle, progress))
+    result = with_progress(lambda progress: api.validate(directory, judge, junit, trust_pickle, progress,
+                                                         decompositions=decompositions))
     finish(result)
 
 
@@ -121,7 +123,7 @@ def check(
     input: List[str] = typer.Option([], "--input", "-i", help="example input NAME:SHAPE:DTYPE[:LOW..HIGH]"),
     hf_task: str = typer.Option("auto", "--hf-task", help="hf: head"),
     seq_len: int = SEQ_LEN_OPTION,
-    decompositions: Optional[str] = typer.Option(None, "--decompositions", help="file.py defining DECOMPOSITIONS"),
+    decompositions: Optional[str] = DECOMPOSITIONS_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPTION,
     sensitivity: bool = typer.Option(False, "--sensitivity", help="with -q: quantize each layer alone and print how far it moves the outputs (which layers --fallback float would keep float)"),

@@ -127,12 +127,16 @@ def snapshot(directory: Path) -> dict[str, tuple]:
 
 
 def produced(before: dict, directory: Path, variant: str) -> list[str]:
-    """Files ``convert`` wrote or changed in the target directory: the artifact and what belongs to it."""
+    """Files ``convert`` wrote or changed in the target directory: the artifact and what belongs to it
+    (not a row's own log, ``convert_<variant>.log`` or a task's ``convert_<task>_<variant>.log``: it is
+    being written while this runs)."""
     from edgeport.validate.sample import DIRNAME
 
-    log = f"{LOG_PREFIX}{variant}.log"
+    def is_log(rel: str) -> bool:
+        return "/" not in rel and rel.startswith(LOG_PREFIX) and rel.endswith(f"{variant}.log")
+
     return sorted(rel for rel, stat in snapshot(directory).items()
-                  if before.get(rel) != stat and rel != log and Path(rel).parts[0] != DIRNAME)
+                  if before.get(rel) != stat and not is_log(rel) and Path(rel).parts[0] != DIRNAME)
 
 
 def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[object, str | None]:
@@ -145,6 +149,16 @@ def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[objec
     from edgeport.cache import key_of
 
     key = key_of(row_key_parts(target, job, session, prepared))
+    return cached_conversion(cache, key, job, lambda: target.convert(job), state, target.name), key
+
+
+def cached_conversion(cache, key: str, job, convert, state: dict, target_name: str):
+    """The cache's half of a row's build, for every task: on a hit the stored files come back (verified)
+    and the stored details, notes and target rewrites with them; on a miss ``convert()`` runs and what it
+    wrote into ``job.out_dir`` is stored (the artifact: a file, or a directory of files), unless the
+    conversion says its result is not ``cacheable``."""
+    from edgeport.targets.base import Converted
+
     data = cache.get(key, job.out_dir)
     hit = restored(data, job.out_dir)
     if data is not None and hit is None:
@@ -152,18 +166,19 @@ def convert_or_reuse(target, job, session, prepared, state: dict) -> tuple[objec
     if hit is not None:
         state["cache"] = "hit"
         job.notes.extend(n for n in hit[1].get("notes", []) if n not in job.notes)
-        return hit[0], key
+        return hit[0]
     state["cache"] = "miss"
     before, notes_before = snapshot(job.out_dir), len(job.notes)
-    converted = target.convert(job)
+    converted = convert()
     files = produced(before, job.out_dir, job.variant)
     artifact = str(converted.artifact.relative_to(job.out_dir))
     side = [p.relative_to(job.out_dir).as_posix() for p in converted.files if p.is_relative_to(job.out_dir)]
-    if artifact in files:
+    if converted.cacheable and (artifact in files or any(f.startswith(f"{artifact}/") for f in files)):
         cache.put(key, job.out_dir, list(dict.fromkeys(files + side)),
-                  {"artifact": artifact, "files": side, "details": converted.details, "notes": job.notes[notes_before:]},
-                  describe={"kind": "row", "target": target.name, "variant": job.variant})
-    return converted, key
+                  {"artifact": artifact, "files": side, "details": converted.details,
+                   "notes": job.notes[notes_before:], "rewrites": list(converted.rewrites)},
+                  describe={"kind": "row", "target": target_name, "variant": job.variant})
+    return converted
 
 
 def restored(data: dict | None, out_dir: Path):
@@ -176,7 +191,8 @@ def restored(data: dict | None, out_dir: Path):
     side = data.get("files")
     if not isinstance(side, list) or not all(_relative(f) and (out_dir / f).is_file() for f in side):
         return None
-    return Converted(out_dir / data["artifact"], data.get("details") or {}, files=[out_dir / f for f in side]), data
+    return Converted(out_dir / data["artifact"], data.get("details") or {}, list(data.get("rewrites") or []),
+                     files=[out_dir / f for f in side]), data
 
 
 def _relative(path) -> bool:
@@ -188,17 +204,24 @@ REUSED_NOTE = "verdict reused from the cache (--reuse-verdict): parity and laten
 
 
 def verdict_key(row_key: str, session, budget: dict) -> str:
-    """A verdict is the artifact judged on these samples against these outputs, within this budget, by
-    this kind of run on this kind of machine; and under this ``--fallback`` policy, since a failed int8
-    verdict from a run without it must not stand in for the search a run with it asks for."""
+    """A verdict is the artifact judged on these inputs against this reference (what the session's task
+    judges with: its session's ``verdict_inputs()``), within this budget, by this
+    kind of run on this kind of machine."""
     from edgeport.cache import key_of
     from edgeport.validate.environment import cpu_info
 
     judge = session.judge
-    return key_of({"kind": "verdict", "row": row_key, "samples": arrays_hash(session.samples),
-                   "reference": arrays_hash(session.reference),
-                   "budget": budget, "fallback": dataclasses.asdict(session.fallback), "threads": judge.threads, "latency": judge.latency, "localize": judge.localize,
-                   "cpu": cpu_info(), "threads_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "XLA_FLAGS")}})
+    return key_of({"kind": "verdict", "row": row_key, **session.verdict_inputs(), "budget": budget, "threads": judge.threads,
+                   "latency": judge.latency, "cpu": cpu_info(),
+                   "threads_env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "XLA_FLAGS")}})
+
+
+def judged_on(session) -> dict:
+    """A forward row's verdict inputs: the samples and PyTorch's outputs on them; the ``--fallback`` policy
+    (a failed int8 verdict from a run without it must not stand in for the search a run with it asks for)
+    and whether a failure is localized."""
+    return {"samples": arrays_hash(session.samples), "reference": arrays_hash(session.reference),
+            "fallback": dataclasses.asdict(session.fallback), "localize": session.judge.localize}
 
 
 def reused_verdict(row, key: str | None, session, budget: dict) -> bool:

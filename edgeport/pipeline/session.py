@@ -89,6 +89,12 @@ class Session:
         extra.setdefault("progress", progress)
         return cls(program, example, signature, real + samples, reference, latency, judge, origin, data, **extra)
 
+    def verdict_inputs(self) -> dict:
+        """What a cached verdict was judged on (:func:`edgeport.pipeline.reuse.verdict_key`)."""
+        from edgeport.pipeline.reuse import judged_on
+
+        return judged_on(self)
+
     def convert_job(self, target, variant: str, out_dir, budget: dict | None = None, override: dict | None = None):
         """The one way a :class:`~edgeport.targets.base.ConvertJob` is made: the program as ``target`` needs
         it (its rewrites), its own options (``override``: one piece of a split conversion), calibration and

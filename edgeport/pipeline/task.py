@@ -111,7 +111,8 @@ def merge_split(staging: Path, target, row: dict, pieces: list[tuple[dict, objec
         return row
     row = target.merge_pieces(target_dir, row["variant"], row, done)
     row["files"] = redigest(staging, [e["path"] for e in row.get("files") or []] + side)
-    if cache is not None and row_plan.get("piece0_key") and len(done) == len(pieces):
+    cacheable = all(isinstance(r, dict) and r.get("cacheable", True) for _spec, r in pieces)
+    if cache is not None and row_plan.get("piece0_key") and len(done) == len(pieces) and cacheable:
         _store_whole(cache, target, target_dir, row, row_plan, done, files)
     return row
 
@@ -229,7 +230,8 @@ def run_piece(target, spec: dict, session, work: Path) -> dict:
     except Exception as exc:
         return {"piece": spec["piece"], "error": first_line(exc), "notes": job.notes}
     files = [p.relative_to(work).as_posix() for p in converted.files if p.is_relative_to(work)]
-    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes, "files": files}
+    return {"piece": spec["piece"], "details": converted.details, "notes": job.notes, "files": files,
+            "cacheable": converted.cacheable}
 
 
 def restore_session(spec: dict):

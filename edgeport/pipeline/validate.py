@@ -24,10 +24,13 @@ LATENCY_NOTE = ("latency measured while other fleet tasks shared the machine: co
 
 
 def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, trust_pickle: bool = False,
-             progress: Progress | None = None) -> Result:
-    """Judge every artifact of ``directory`` again against the reference its task reads back from it."""
+             progress: Progress | None = None, decompositions: str | None = None) -> Result:
+    """Judge every artifact of ``directory`` again against the reference its task reads back from it.
+    The programs in DIR are read as ``convert`` reads a ``.pt2``: pickles only with ``trust_pickle``, custom
+    ops only in the namespaces ``decompositions`` names."""
     from edgeport.pipeline.plan import rejudge_settings
     from edgeport.pipeline.tasks import task_for_directory
+    from edgeport.sources import SourceOptions
     from edgeport.validate.report import read_report_dir, write_outputs
 
     progress = progress or (lambda _msg: None)
@@ -38,8 +41,9 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
         raise UsageError(f"{directory} has no exported.pt2: nothing to compare the artifacts against")
     check_own_files(directory, [RUN_LOG, *validate_writes(junit)])
     config, flags, baseline = rejudge_settings(judge, junit)
+    reading = SourceOptions(model=str(directory), trust_pickle=trust_pickle, decompositions=decompositions)
     with redirected(directory / RUN_LOG):
-        session, program = task.reference_from(directory, judge, trust_pickle, progress)
+        session, program = task.reference_from(directory, judge, reading, progress)
         rows = []
         budget = lambda r: budget_for(r.target, r.variant, config, flags, task.name != "forward")  # noqa: E731
         for row in old["targets"]:
@@ -57,14 +61,16 @@ def samples_of(session) -> int:
     return len(getattr(session, "samples", None) or getattr(session, "prompts", None) or [])
 
 
-def forward_reference(directory: Path, judge: JudgeOptions, trust_pickle: bool, progress: Progress) -> tuple:
-    """The forward task's reference: ``exported.pt2`` loaded (inspected, no unpickling unless trusted)."""
+def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: Progress) -> tuple:
+    """The forward task's reference: ``exported.pt2`` loaded (inspected, no unpickling unless trusted;
+    ``reading``: the SourceOptions with --trust-pickle and --decompositions)."""
     from edgeport.core.program import fingerprint, signature_of
     from edgeport.pipeline.session import Session
     from edgeport.sources import SourceOptions, load_model
 
     progress("loading exported.pt2")
-    loaded = load_model(SourceOptions(model=str(directory / "exported.pt2"), trust_pickle=trust_pickle))
+    loaded = load_model(SourceOptions(model=str(directory / "exported.pt2"), trust_pickle=reading.trust_pickle,
+                                      decompositions=reading.decompositions))
     program = loaded.program
     signature = signature_of(program, manifest_input_names(directory))
     session = Session.start(loaded, program, signature, judge, progress)

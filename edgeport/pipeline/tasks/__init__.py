@@ -57,7 +57,8 @@ class Task:
     manifest: Callable[..., dict | None]
     # validate DIR: does DIR hold this task's programs; the reference read back from DIR; one artifact judged
     owns_directory: Callable[[Path], bool]
-    # (directory, judge, trust_pickle, progress) -> (session, program fields for the report)
+    # (directory, judge, reading, progress) -> (session, program fields for the report); ``reading``: the
+    # SourceOptions programs in DIR are read with (--trust-pickle, --decompositions)
     reference_from: Callable[..., tuple]
     # (row, target, path, session, budget) -> None: the verdict applied to the row
     rejudge: Callable[..., None]

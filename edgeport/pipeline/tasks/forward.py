@@ -69,10 +69,10 @@ def prepare(staging, opts, the_plan, progress, timings, workers: bool = False):
     return forward_prepare(staging, opts, the_plan, progress, timings, workers)
 
 
-def reference_from(directory: Path, judge_options, trust_pickle: bool, progress) -> tuple:
+def reference_from(directory: Path, judge_options, reading, progress) -> tuple:
     from edgeport.pipeline.validate import forward_reference
 
-    return forward_reference(directory, judge_options, trust_pickle, progress)
+    return forward_reference(directory, judge_options, reading, progress)
 
 
 TASK = Task("forward", prepare=prepare, build=build, judge=judge, manifest=manifest, owns_directory=owns_directory,

@@ -137,86 +137,89 @@ def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dic
     return {**details, "tpu_compile": compiles + extra}
 
 
-def compile_id(serialized: bytes, lowered) -> dict:
+@dataclass(frozen=True)
+class CompileInput:
+    """What a compile needs, as data a child process reads (no pickle): the serialized ``jax.export``
+    (its TPU lowering is what libtpu compiles) and the concrete (shape, dtype) of each user input."""
+
+    serialized: bytes
+    avals: tuple
+
+    @staticmethod
+    def of(serialized: bytes, lowered) -> "CompileInput":
+        return CompileInput(serialized, tuple((tuple(int(d) for d in a.shape), str(a.dtype)) for a in lowered.compile_avals))
+
+
+def compile_id(compile_input: CompileInput) -> dict:
     """What decides a compile besides its topology: the serialized jax.export of the program (its StableHLO,
     weights' shapes and matmul precision), the shapes it is compiled at, the compiler's versions and the
-    code here that sets up sharding."""
+    code here and in the child that sets up sharding."""
     import hashlib
 
     from edgeport.validate.environment import package_versions
 
-    return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(serialized).hexdigest(),
-            "avals": [[list(a.shape), str(a.dtype)] for a in lowered.compile_avals],
-            "libraries": package_versions(["jax", "jaxlib", "libtpu"]),
-            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    code = hashlib.sha256(b"".join(Path(__file__).with_name(f).read_bytes() for f in ("aot.py", "aot_child.py", "aot_process.py"))).hexdigest()
+    return {"kind": "tpu_compile", "exported_sha256": hashlib.sha256(compile_input.serialized).hexdigest(),
+            "avals": [[list(shape), dtype] for shape, dtype in compile_input.avals],
+            "libraries": package_versions(["jax", "jaxlib", "libtpu"]), "code": code}
 
 
-def compile_cached(topology: Topology, lowered, out: Path, cache=None, identity: dict | None = None) -> dict:
-    """:func:`compile_for_topology`, or its cached result (the executable verified by sha256 and the
-    compiler's analysis; the compile's row says ``"cache": "hit"``). Failed compiles are cached too: they are
-    as deterministic as good ones."""
+def compile_cached(topologies: list[Topology], compile_input: CompileInput, out: Path, cache=None,
+                   identity: dict | None = None) -> list[dict]:
+    """:func:`compile_for_topologies`, with each topology's cached result where there is one (the
+    executable verified by sha256 and the compiler's analysis; the compile's row says ``"cache": "hit"``).
+    Failed compiles are cached too: they are as deterministic as good ones; a compile whose process died
+    or timed out is not (a timeout depends on the machine)."""
     if cache is None or identity is None:
-        return compile_for_topology(topology, lowered, out)
+        return compile_for_topologies(topologies, compile_input, out)
     from edgeport.cache import key_of
 
-    key = key_of({**identity, "topology": topology.name})
-    start = time.perf_counter()
-    data = cache.get(key, out)
-    if data is not None and "row" in data:
-        return {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
-    row = compile_for_topology(topology, lowered, out)
-    files = [row["executable"]] if row.get("executable") else []
-    cache.put(key, out, files, {"row": dict(row)}, describe={"kind": "tpu_compile", "topology": topology.name})
-    return row
+    rows, keys = {}, {t.name: key_of({**identity, "topology": t.name}) for t in topologies}
+    for topology in topologies:
+        start = time.perf_counter()
+        data = cache.get(keys[topology.name], out)
+        if data is not None and "row" in data:
+            rows[topology.name] = {**data["row"], "cache": "hit", "compile_seconds": round(time.perf_counter() - start, 3)}
+    missing = [t for t in topologies if t.name not in rows]
+    for topology, row in zip(missing, compile_for_topologies(missing, compile_input, out)):
+        rows[topology.name] = row
+        if "process" not in row:
+            files = [row["executable"]] if row.get("executable") else []
+            cache.put(keys[topology.name], out, files, {"row": dict(row)},
+                      describe={"kind": "tpu_compile", "topology": topology.name})
+    return [rows[t.name] for t in topologies]
 
 
-def compile_for_topology(topology: Topology, lowered: Lowered, out: Path, donate: tuple[int, ...] = (),
-                         program: str | None = None) -> dict:
-    """libtpu compile for one topology on this host; a failure (out of HBM, unsupported op) stays in its row.
+def compile_for_topology(topology: Topology, compile_input: CompileInput, out: Path, donate: tuple[int, ...] = (),
+                         program: str | None = None, timeout: float | None = None) -> dict:
+    return compile_for_topologies([topology], compile_input, out, donate, program, timeout)[0]
+
+
+def compile_for_topologies(topologies: list[Topology], compile_input: CompileInput, out: Path,
+                           donate: tuple[int, ...] = (), program: str | None = None,
+                           timeout: float | None = None) -> list[dict]:
+    """libtpu compiles of one program for each topology on this host, in a child process
+    (:mod:`aot_child`, started by :mod:`aot_process`): a failure (out of HBM, unsupported op), a libtpu abort
+    or a compile making no progress for ``timeout`` seconds stays in that topology's row.
     ``donate``: input positions whose buffers the outputs may reuse (a KV cache updated in place), so the
     memory analysis counts them once; ``program`` names one of several programs (generative signatures)."""
-    from edgeport.core.proc import redirected
+    from edgeport.targets.tpu.aot_process import COMPILE_TIMEOUT_S, run_compiles
 
-    row = {"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {})}
-    start = time.perf_counter()
-    stem = f"{topology.slug}_{program}" if program else topology.slug
-    with redirected(fds=(2,)) as noise:
-        try:
-            compiled, sharding, devices = _compile(topology, lowered, donate)
-            row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
-            row["executable"] = _write_executable(compiled, out / "executables" / f"{stem}.tpu_exec", out)
-        except Exception as exc:
-            row["error"] = _compile_error(exc, noise)
-    row["compile_seconds"] = round(time.perf_counter() - start, 3)
-    return row
-
-
-def _compile(topology: Topology, lowered: Lowered, donate: tuple[int, ...] = ()):
-    import jax
-    from jax.experimental import topologies
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    gen = topology.spec
-    shape3 = (*topology.shape, 1, 1)[:3]
-    topo = topologies.get_topology_desc(topology.name, platform="tpu", chip_config_name=gen.chip_config,
-                                        chips_per_host_bounds=shape3, num_slices=1, wrap=(gen.wrap,) * 3)
-    devices = len(topo.devices)
-    mesh = topologies.make_mesh(topo, (devices,), ("data",))
-    data_parallel = devices > 1 and _batch_divides(lowered.compile_avals, devices)
-    replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-    weights = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated) for k, v in lowered.weights.items()}
-    inputs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=batch if data_parallel else replicated)
-              for a in lowered.compile_avals]
-    jitted = jax.jit(lowered.fn, donate_argnums=tuple(1 + i for i in donate)) if donate else jax.jit(lowered.fn)
-    compiled = jitted.lower(weights, *inputs).compile()
-    return compiled, "data-parallel" if data_parallel else "replicated", devices
-
-
-def _batch_divides(avals: list, devices: int) -> bool:
-    """Shard the batch when every input has the same leading dim and it splits evenly over the devices."""
-    leading = {a.shape[0] if len(a.shape) else None for a in avals}
-    return len(leading) == 1 and isinstance(b := leading.pop(), int) and b % devices == 0
+    if not topologies:
+        return []
+    stems = [f"{t.slug}_{program}" if program else t.slug for t in topologies]
+    requests = [{"topology": t.name, "generation": t.generation, "shape": list(t.shape),
+                 "executable": f"executables/{stem}.tpu_exec"} for t, stem in zip(topologies, stems)]
+    common = {"avals": [[list(shape), dtype] for shape, dtype in compile_input.avals], "donate": list(donate),
+              "out": str(Path(out).resolve())}
+    results = run_compiles(requests, compile_input.serialized, common, timeout or COMPILE_TIMEOUT_S)
+    rows = []
+    for topology, request, result in zip(topologies, requests, results):
+        if not result.get("ok"):
+            (Path(out) / request["executable"]).unlink(missing_ok=True)  # nothing half-written stays behind
+        rows.append({"topology": topology.name, "ok": False, "error": None, **({"program": program} if program else {}),
+                     "compile_seconds": None, **result})
+    return rows
 
 
 def _analysis(compiled, topology: Topology, devices: int) -> dict:

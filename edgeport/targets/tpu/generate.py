@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.tpu.aot import CompileInput
 from edgeport.targets.tpu.signatures import META_FILE, WEIGHTS_FILE, JaxSignatureRunner
 
 
@@ -39,12 +40,12 @@ def convert(job: GenerativeJob) -> Converted:
     with jax.enable_x64(False):
         for name, program in job.programs.items():
             job.progress(f"lowering + jax.export {name}")
-            lowered, entry = _export(name, program, job, out, precision)
+            lowered, entry, serialized = _export(name, program, job, out, precision)
             _merge_weights(weights, lowered.weights)
             donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
             if topologies:
                 job.progress(f"compile {name} for {', '.join(t.name for t in topologies)}")
-            compiles += _compile_all(topologies, lowered, out, donate, name, precision)
+            compiles += _compile_all(topologies, CompileInput.of(serialized, lowered), out, donate, name)
             meta[name] = entry
     job.progress("writing the artifact (weights.safetensors)")
     _write(out, weights, meta, job, precision)
@@ -53,7 +54,8 @@ def convert(job: GenerativeJob) -> Converted:
     if compiles:
         job.notes.append("tpu_compile: decode's arguments are the weights plus the KV cache at --cache-len (donated: "
                          "updated in place); memory and FLOPs from libtpu's compiler, est. latencies are roofline ESTIMATES")
-    return Converted(out, {"tpu_compile": compiles, "matmul_precision": precision})
+    return Converted(out, {"tpu_compile": compiles, "matmul_precision": precision},
+                     cacheable=not any("process" in c for c in compiles))
 
 
 def _export(name: str, program, job: GenerativeJob, out: Path, precision: str):
@@ -66,13 +68,14 @@ def _export(name: str, program, job: GenerativeJob, out: Path, precision: str):
     with jax.default_matmul_precision(precision):
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
-    (out / f"{name}.jax_export").write_bytes(exported.serialize())
+    serialized = exported.serialize()
+    (out / f"{name}.jax_export").write_bytes(serialized)
     outputs = list(program.call_spec.out_spec.context)
     describe = lambda n, a: {"name": n, "shape": [int(d) for d in a.shape], "dtype": str(a.dtype)}  # noqa: E731
     n_weights = len(lowered.weights)
     return lowered, {"file": f"{name}.jax_export", "weights": sorted(lowered.weights),
                      "inputs": [describe(n, a) for n, a in zip(sample, exported.in_avals[n_weights:])],
-                     "outputs": [describe(n, a) for n, a in zip(outputs, exported.out_avals)]}
+                     "outputs": [describe(n, a) for n, a in zip(outputs, exported.out_avals)]}, serialized
 
 
 def _merge_weights(into: dict, weights: dict) -> None:
@@ -85,13 +88,12 @@ def _merge_weights(into: dict, weights: dict) -> None:
         into.setdefault(key, value)
 
 
-def _compile_all(topologies, lowered, out: Path, donate: tuple, name: str, precision: str) -> list[dict]:
-    import jax
+def _compile_all(topologies, compile_input, out: Path, donate: tuple, name: str) -> list[dict]:
+    """In a child process (a libtpu abort fails that compile only); the export's matmul precision is in
+    its StableHLO already."""
+    from edgeport.targets.tpu.aot import compile_for_topologies
 
-    from edgeport.targets.tpu.aot import compile_for_topology
-
-    with jax.default_matmul_precision(precision):
-        return [compile_for_topology(t, lowered, out, donate, program=name) for t in topologies]
+    return compile_for_topologies(topologies, compile_input, out, donate, program=name)
 
 
 def _write(out: Path, weights: dict, meta: dict, job: GenerativeJob, precision: str) -> None:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from edgeport.diagnostics import first_line, user_source, with_location
 from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
-from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, compile_cached,  # noqa: F401
-                                     compile_for_topology, compile_id, merge_pieces, pieces, report_sections,
-                                     topologies_of, validate_topologies)
+from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, CompileInput,  # noqa: F401
+                                     compile_cached, compile_for_topology, compile_id, merge_pieces, pieces,
+                                     report_sections, topologies_of, validate_topologies)
 from edgeport.targets.tpu.runtime import JaxXlaRunner
 from edgeport.validate import parity
 
@@ -157,11 +157,14 @@ def convert(job: ConvertJob) -> Converted:
         lower_seconds = time.perf_counter() - start
         # artifact_only: a caller (e.g. parity localization) needs only something to run, not the TPU compiles
         topologies = [] if job.artifact_only else topologies_of(job.options)
-        identity = compile_id(serialized, lowered) if job.cache is not None and topologies else None
-        compiles = [_compile_step(job, t, lowered, out, identity) for t in topologies]
+    compile_input = CompileInput.of(serialized, lowered)
+    identity = compile_id(compile_input) if job.cache is not None and topologies else None
+    if topologies:
+        job.progress(f"compile {', '.join(t.name for t in topologies)}")
+    compiles = compile_cached(topologies, compile_input, out, job.cache, identity)
     if job.options.get("compile_only"):  # one piece of a split conversion (see tpu_aot.pieces)
         _add_notes(job, lowered, compiles)
-        return Converted(out, {"tpu_compile": compiles},
+        return Converted(out, {"tpu_compile": compiles}, cacheable=_cacheable(compiles),
                          files=[out / c["executable"] for c in compiles if c.get("executable")])
     job.progress("writing the artifact (weights.safetensors)")
     _write_artifact(out, job, exported, serialized, lowered, precision, compiles)
@@ -172,12 +175,7 @@ def convert(job: ConvertJob) -> Converted:
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
     if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
-    return Converted(out / EXPORT_FILE, details, files=side_files(out))
-
-
-def _compile_step(job: ConvertJob, topology, lowered: Lowered, out: Path, identity: dict | None) -> dict:
-    job.progress(f"compile {topology.name}")
-    return compile_cached(topology, lowered, out, job.cache, identity)
+    return Converted(out / EXPORT_FILE, details, cacheable=_cacheable(compiles), files=side_files(out))
 
 
 def side_files(out: Path) -> list[Path]:
@@ -187,6 +185,12 @@ def side_files(out: Path) -> list[Path]:
 
     executables = json.loads((out / META_FILE).read_text()).get("executables") or {}
     return [out / WEIGHTS_FILE, out / META_FILE, *(out / rel for rel in executables.values())]
+
+
+def _cacheable(compiles: list[dict]) -> bool:
+    """A compile whose process died or timed out says something about this machine and moment: the
+    conversion is reported, not cached (the next run compiles again)."""
+    return not any("process" in c for c in compiles)
 
 
 def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, lowered: Lowered, precision: str,

@@ -82,7 +82,7 @@ def _tensor_ok(entry) -> bool:
     return isinstance(shape, list) and all(_is_int(d) for d in shape) and math.prod(shape) <= MAX_TENSOR_ELEMENTS
 
 
-def reference_session(directory: Path, layout: Layout, judge, trust_pickle: bool):
+def reference_session(directory: Path, layout: Layout, judge, trust_pickle: bool, namespaces=()):
     from edgeport.pipeline.tasks.text_generation.judge import artifact_latency
     from edgeport.pipeline.tasks.text_generation.loop import greedy
     from edgeport.pipeline.tasks.text_generation.prompts import random_prompts, read_prompts
@@ -96,7 +96,7 @@ def reference_session(directory: Path, layout: Layout, judge, trust_pickle: bool
         path = directory / EXPORTED_DIR / f"{name}.pt2"
         if not path.is_file():
             raise UsageError(f"{directory} has no {EXPORTED_DIR}/{name}.pt2: nothing to compare the artifacts against")
-        programs[name] = load_exported_program(path, trust_pickle)
+        programs[name] = load_exported_program(path, trust_pickle, namespaces)
     runner = ProgramRunner(programs, fixed_threads(judge.threads))
     real, data = read_prompts(judge.data, layout, directory / "tokenizer") if judge.data else ([], None)
     prompts = real + random_prompts(layout, judge.samples, judge.seed)
@@ -108,8 +108,12 @@ def reference_session(directory: Path, layout: Layout, judge, trust_pickle: bool
                       eager_label="exported programs (torch)")
 
 
-def reference_from(directory: Path, judge, trust_pickle: bool, progress) -> tuple:
-    """(session, program fields for the report): layout.json checked, then the exported programs' greedy run."""
+def reference_from(directory: Path, judge, reading, progress) -> tuple:
+    """(session, program fields for the report): layout.json checked, then the exported programs' greedy run
+    (read with ``reading``'s --trust-pickle and --decompositions namespaces)."""
+    from edgeport.sources.program_policy import user_namespaces
+
     layout = read_layout(directory)
+    namespaces = user_namespaces(reading.decompositions)
     progress(f"loading {EXPORTED_DIR}/ (reference)")
-    return reference_session(directory, layout, judge, trust_pickle), {}
+    return reference_session(directory, layout, judge, reading.trust_pickle, namespaces), {}

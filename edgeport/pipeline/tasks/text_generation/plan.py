@@ -80,9 +80,6 @@ def refuse_forward_only(opts) -> None:
         raise UsageError("--calibration-data does not apply to --task text-generation (no static int8 variant)")
     if opts.source.inputs:
         raise UsageError("--input does not apply to --task text-generation: inputs are token ids, positions and the cache")
-    if opts.reuse_verdict:
-        raise UsageError("--reuse-verdict does not apply to --task text-generation: its rows are not cached yet "
-                         "(every run converts and judges them)")
 
 
 def lengths(g: GenerationOptions, positions: int | None) -> tuple[tuple[int, ...], int, int]:

@@ -14,24 +14,33 @@ from edgeport.pipeline.tasks import Built
 
 def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) -> Built:
     """Every signature's program with the target's rewrites (as forward programs get them), converted into
-    one artifact by the target's generative support."""
+    one artifact by the target's generative support; or the same conversion from the cache
+    (:mod:`.reuse`: ``row.details["cache"]`` says hit, miss or off)."""
     from edgeport.core.progress import scoped
+    from edgeport.pipeline.reuse import cached_conversion
     from edgeport.pipeline.tasks.text_generation.judge import generation_budget
+    from edgeport.pipeline.tasks.text_generation.reuse import row_key
     from edgeport.targets.base import GenerativeJob
+    from edgeport.targets.rewrites import REWRITES
 
     bundle = target.generation().bundle(variant)
-    programs, applied, notes = (session.programs, [], []) if bundle else \
-        rewritten_programs(target, session.programs, session.samples)
-    row.rewrites = applied
-    job = GenerativeJob(programs, session.samples, session.layout.to_json(), variant, out_dir,
-                        dict(session.target_options), notes=[*session.notes, *notes],
+    passes = [] if bundle else [n for n in target.rewrites if n in REWRITES]
+    job = GenerativeJob(dict(session.programs), session.samples, session.layout.to_json(), variant, out_dir,
+                        dict(session.target_options), notes=list(session.notes),
                         progress=scoped(session.progress, f"{target.name} {variant}"))
+    convert = lambda: _convert(target, bundle, passes, job, session)  # noqa: E731
+    key = row_key(target, variant, session, passes)
     try:
-        converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
+        if key is None:
+            row.details["cache"] = "off"
+            converted = convert()
+        else:
+            converted = cached_conversion(session.cache, key, job, convert, row.details, target.name)
     except Exception as exc:
-        raise BuildFailed(conversion_error(exc, programs["decode"]), job.notes) from exc
+        raise BuildFailed(conversion_error(exc, job.programs["decode"]), job.notes) from exc
+    row.rewrites = list(converted.rewrites)
     converted.files += tokenizer_files(out_dir.parent)
-    return Built(converted, job, generation_budget(budget, bundle.precision if bundle else variant), None, job.notes)
+    return Built(converted, job, generation_budget(budget, bundle.precision if bundle else variant), key, job.notes)
 
 
 def tokenizer_files(staging: Path) -> list[Path]:
@@ -41,13 +50,26 @@ def tokenizer_files(staging: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
 
 
-def rewritten_programs(target, programs: dict, samples: dict) -> tuple[dict, list[str], list[str]]:
+def _convert(target, bundle, passes: list[str], job, session):
+    """The conversion itself: the rewrites on each program, then the target's (or the bundle's) converter;
+    the passes applied ride on the result as its rewrites (so a cache hit reports them too)."""
+    if passes:
+        job.programs, applied, notes = rewritten_programs(target, session.programs, session.samples, passes)
+        job.notes.extend(notes)
+    else:
+        applied = []
+    converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
+    converted.rewrites = [*applied, *(r for r in converted.rewrites if r not in applied)]
+    return converted
+
+
+def rewritten_programs(target, programs: dict, samples: dict, names: list[str] | None = None) -> tuple[dict, list[str], list[str]]:
     """(programs, passes applied, notes): the target's node rewrites (e.g. ``sort_by_rank`` for a MoE router
     that sorts) on each prefill/decode program, re-exported with its named inputs. A pass that breaks a
     program leaves that program as it was, with a note."""
     from edgeport.targets.rewrites import REWRITES, RewriteFailed, apply_rewrites
 
-    names = [n for n in target.rewrites if n in REWRITES]
+    names = [n for n in target.rewrites if n in REWRITES] if names is None else names
     out, applied, notes = {}, [], []
     for name, program in programs.items():
         try:
@@ -62,7 +84,12 @@ def rewritten_programs(target, programs: dict, samples: dict) -> tuple[dict, lis
 
 
 def judge(row: Row, target, built: Built, session, staging: Path) -> None:
-    row.apply(judge_any(target.generation(), row.variant, built.converted.artifact, session, built.budget))
+    """A cached verdict (--reuse-verdict on a hit), or generate + compare + time, then stored for a later run."""
+    from edgeport.pipeline.reuse import keep_verdict, reused_verdict
+
+    if not reused_verdict(row, built.key, session, built.budget):
+        row.apply(judge_any(target.generation(), row.variant, built.converted.artifact, session, built.budget))
+        keep_verdict(row, built.key, session, built.budget)
 
 
 def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:

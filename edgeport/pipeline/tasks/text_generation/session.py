@@ -58,7 +58,13 @@ def start_session(exported, opts, real: list, data: dict | None):
     eager = eager_latency(exported.model, layout, fixed_threads(opts.judge.threads)) if opts.judge.latency else None
     return GenSession(layout, exported.programs, exported.samples, prompts, reference, eager, opts.judge,
                       dict(opts.target_options), data, {"real": len(real), "random": len(prompts) - len(real)},
-                      notes=list(exported.notes))
+                      notes=list(exported.notes), cache=open_cache(opts.cache), reuse_verdict=opts.reuse_verdict)
+
+
+def open_cache(enabled: bool):
+    from edgeport.cache import Cache
+
+    return Cache() if enabled else None
 
 
 
@@ -78,6 +84,22 @@ class GenSession:
     notes: list = field(default_factory=list)
     eager_label: str = "PyTorch eager"
     progress: object = None            # the run's Progress (None: quiet): rows and targets report their steps
+    cache: object = None               # edgeport.cache.Cache, or None (--no-cache; validate)
+    reuse_verdict: bool = False        # a cached artifact keeps its cached verdict (--reuse-verdict)
+    _programs_id: dict | None = None
+
+    def programs_id(self) -> dict:
+        """The programs' and layout's part of every row's cache key (hashed once per run)."""
+        from edgeport.pipeline.tasks.text_generation.reuse import programs_id
+
+        if self._programs_id is None:
+            self._programs_id = programs_id(self.programs, self.layout.to_json())
+        return self._programs_id
+
+    def verdict_inputs(self) -> dict:
+        from edgeport.pipeline.tasks.text_generation.reuse import verdict_inputs
+
+        return verdict_inputs(self)
 
     @property
     def reference_latency(self) -> dict | None:
