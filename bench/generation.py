@@ -9,7 +9,13 @@ Then at 1 thread and at all cores: prefill ms per prefill length and decode ms/t
 each signature timed alone on realistic feeds) for PyTorch eager (the model's own forward with a
 StaticCache, as generate calls it) and for each artifact in its runtime, plus litert-torch's own
 ``export_hf`` path on the same model (``litert export_hf``; bench/export_hf_row.py) when the litert-lm extra
-is installed: the anchor edgeport's own LiteRT lowering is compared with.
+is installed: the anchor edgeport's own LiteRT lowering is compared with. Each artifact is built as a pipeline
+row builds it (the target's rewrites, then its converter); LiteRT's dynamic-int8 and int4-block32 variants
+get rows too (size, speed, token agreement with ``generate``).
+
+``decode CPU ms``: p50 of the decode call's process CPU time at 1 thread. On a shared, overloaded machine
+wall-clock p50s swing with whatever else runs; the CPU time a step costs does not, so same-run ratios of
+that column are the steadier comparison.
 
 The bound: a decode step reads every weight once (the embedding table excepted: one row) plus the KV cache
 (a static cache attends over all its slots, masked). tokens/s can not exceed bandwidth / those bytes;
@@ -71,7 +77,13 @@ def word_tokenizer(vocab: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
-def convert_all(exported, out: Path) -> dict:
+QUANTIZED = {"litert": ("dynamic-int8", "int4-block32")}  # item 5 of issue 18: sizes, speed, token agreement
+
+
+def convert_all(exported, out: Path, facts: dict) -> dict:
+    """Each target's fp32 artifact built the way a pipeline row builds it (the target's rewrites on every
+    signature's program, then its converter), plus the quantized variants in QUANTIZED."""
+    from edgeport.pipeline.tasks.text_generation.rows import rewritten_programs
     from edgeport.targets.base import GenerativeJob
     from edgeport.targets.registry import all_targets
 
@@ -81,11 +93,37 @@ def convert_all(exported, out: Path) -> dict:
         if support is None or target.missing_requirements():
             continue
         (out / target.name).mkdir(parents=True, exist_ok=True)
-        job = GenerativeJob(exported.programs, exported.samples, exported.layout.to_json(), "fp32", out / target.name,
-                            artifact_only=True)
         start = time.perf_counter()
-        artifacts[target.name] = (support, support.convert(job).artifact, time.perf_counter() - start)
+        programs, applied, _ = rewritten_programs(target, exported.programs, exported.samples)
+        facts["rewrites"][target.name] = applied
+        for variant in ("fp32", *QUANTIZED.get(target.name, ())):
+            job = GenerativeJob(programs, exported.samples, exported.layout.to_json(), variant, out / target.name,
+                                artifact_only=True)
+            name = target.name if variant == "fp32" else f"{target.name} {variant}"
+            artifacts[name] = (support, support.convert(job).artifact, time.perf_counter() - start)
+            start = time.perf_counter()
     return artifacts
+
+
+def size_mb(path: Path) -> float:
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    return sum(f.stat().st_size for f in files) / 2**20
+
+
+def agreement(got: list[int], expected: list[int]) -> float:
+    """Share of the reference's tokens reproduced before the first divergence (the judge's token_agreement)."""
+    matched = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(got), len(expected)))
+    return matched / len(expected)
+
+
+def cpu_ms(call, runs: int = 30) -> float:
+    """p50 CPU time of one call (process time: what the step costs, whatever else shares the cores)."""
+    times = []
+    for _ in range(runs + 2):
+        start = time.process_time()
+        call()
+        times.append(time.process_time() - start)
+    return 1000 * sorted(times[2:])[runs // 2]
 
 
 def bytes_per_token(model, layout) -> int:
@@ -102,6 +140,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--cache-len", type=int, default=256)
     parser.add_argument("--prefill-len", type=int, action="append")
+    parser.add_argument("--gen-tokens", type=int, default=16, help="greedy tokens checked against generate")
     args = parser.parse_args()
     lens = tuple(sorted(args.prefill_len or [32, 128]))
     from edgeport.core.proc import redirected
@@ -116,36 +155,61 @@ def run(args, lens, tmp: Path):
 
     from edgeport.pipeline.tasks.text_generation.export import export_generation
     from edgeport.pipeline.tasks.text_generation.judge import artifact_latency
-    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.tasks.text_generation.loop import greedy, timing_feeds
     from edgeport.pipeline.tasks.text_generation.reference import eager_latency, generate_reference
     from edgeport.sources.spec import SourceOptions
 
     build_model(args, tmp / "model")
-    plan = SimpleNamespace(prefill_lens=lens, cache_len=args.cache_len, gen_tokens=8, architecture="LlamaForCausalLM")
+    plan = SimpleNamespace(prefill_lens=lens, cache_len=args.cache_len, gen_tokens=args.gen_tokens, architecture="LlamaForCausalLM")
     start = time.perf_counter()
     exported = export_generation(SourceOptions(model=f"hf:{tmp / 'model'}"), plan, tmp / "out")
     facts = {"export_s": time.perf_counter() - start, "bandwidth": memory_bandwidth(),
              "params": sum(p.numel() for p in exported.model.parameters()),
-             "bytes_per_token": bytes_per_token(exported.model, exported.layout), "convert_s": {}, "exact": {}}
-    artifacts = convert_all(exported, tmp / "out")
+             "bytes_per_token": bytes_per_token(exported.model, exported.layout), "convert_s": {}, "exact": {},
+             "rewrites": {}}
+    artifacts = convert_all(exported, tmp / "out", facts)
     export_hf = export_hf_artifact(tmp, lens, args.cache_len, facts)
     prompt = [int(t) for t in torch.randint(3, args.vocab, (lens[-1],), generator=torch.Generator().manual_seed(1))]
-    reference = generate_reference(exported.model, [prompt[: lens[0] - 3]], 8, args.cache_len)[0]
+    reference = generate_reference(exported.model, [prompt[: lens[0] - 3]], args.gen_tokens, args.cache_len)[0]
     rows = []
     for threads in dict.fromkeys([1, os.cpu_count() or 1]):
-        rows.append(("PyTorch eager", threads, eager_latency(exported.model, exported.layout, threads)))
+        block = eager_latency(exported.model, exported.layout, threads)
+        block["cpu_decode_ms"] = eager_cpu_ms(exported.model, exported.layout) if threads == 1 else None
+        rows.append(("PyTorch eager", threads, block))
         for name, (support, path, seconds) in artifacts.items():
             runner = support.load(path, threads)
             facts["convert_s"][name] = seconds
-            facts["exact"][name] = greedy(runner, exported.layout, prompt[: lens[0] - 3], 8).tokens == reference.tokens
-            rows.append((name, threads, artifact_latency(runner, exported.layout, prompt)[0]))
+            tokens = greedy(runner, exported.layout, prompt[: lens[0] - 3], args.gen_tokens).tokens
+            facts["exact"][name] = agreement(tokens, reference.tokens)
+            block, _ = artifact_latency(runner, exported.layout, prompt)
+            feeds = timing_feeds(runner, exported.layout, prompt)["decode"]
+            block["cpu_decode_ms"] = cpu_ms(lambda: runner.run("decode", feeds)) if threads == 1 else None
+            rows.append((name, threads, {**block, "size_mb": size_mb(path)}))
         if export_hf is not None:
             from export_hf_row import ExportHfRunner
 
             runner = ExportHfRunner(export_hf, threads)
-            facts["exact"]["export_hf"] = runner.greedy(prompt[: lens[0] - 3], 8) == reference.tokens
-            rows.append(("litert export_hf", threads, runner.latency(prompt)))
+            facts["exact"]["export_hf"] = agreement(runner.greedy(prompt[: lens[0] - 3], args.gen_tokens), reference.tokens)
+            feeds = runner.decode_feeds(prompt[0], lens[-1], runner.fresh())
+            block = {**runner.latency(prompt), "size_mb": size_mb(export_hf),
+                     "cpu_decode_ms": cpu_ms(lambda: runner.run("decode", feeds)) if threads == 1 else None}
+            rows.append(("litert export_hf", threads, block))
     return rows, facts
+
+
+def eager_cpu_ms(model, layout, runs: int = 30) -> float:
+    """CPU-time p50 of eager's decode call, each run on a fresh copy of the captured call (made untimed)."""
+    import copy
+
+    import torch
+
+    from edgeport.pipeline.tasks.text_generation.export import capture
+
+    torch.set_num_threads(1)
+    module, kwargs = capture(model, layout.prefill_lens[0], layout.cache_len)["decode"]
+    calls = [copy.deepcopy(kwargs) for _ in range(runs + 2)]
+    with torch.no_grad():
+        return cpu_ms(lambda: module(**calls.pop()), runs)
 
 
 def export_hf_artifact(tmp: Path, lens, cache_len: int, facts: dict) -> Path | None:
@@ -170,20 +234,25 @@ def print_table(rows, facts) -> None:
     print(f"model: Llama, {facts['params'] / 1e6:.1f}M params; decode reads {facts['bytes_per_token'] / 2**20:.1f} MiB/token "
           f"(weights + KV cache); measured copy bandwidth {facts['bandwidth'] / 1e9:.1f} GB/s -> bound {bound:.0f} tokens/s")
     print(f"export {facts['export_s']:.1f} s; convert s: " + ", ".join(f"{k} {v:.1f}" for k, v in facts["convert_s"].items())
-          + "; token-exact vs generate: " + ", ".join(f"{k} {v}" for k, v in facts["exact"].items())
+          + "; token agreement vs generate: " + ", ".join(f"{k} {v:.2f}" for k, v in facts["exact"].items())
+          + "; rewrites: " + ", ".join(f"{k} {'+'.join(v) or '-'}" for k, v in facts["rewrites"].items())
           + (f"; {facts['export_hf']}" if facts.get("export_hf") else ""))
     eager = {threads: block for name, threads, block in rows if name == "PyTorch eager"}
     lens = list(rows[0][2]["prefill_ms"])
-    print(f"| runtime | threads | " + " | ".join(f"prefill {n} ms" for n in lens)
-          + " | decode ms/token | tokens/s | vs eager decode | vs eager prefill " + lens[-1] + " | % of bandwidth bound |")
-    print("|" + "---|" * (len(lens) + 7))
+    print(f"| runtime | threads | size MiB | " + " | ".join(f"prefill {n} ms" for n in lens)
+          + " | decode ms/token | tokens/s | vs eager decode | vs eager prefill " + lens[-1]
+          + " | % of bandwidth bound | decode CPU ms | vs eager CPU |")
+    print("|" + "---|" * (len(lens) + 10))
     for name, threads, block in rows:
         base = eager[threads]
-        print(f"| {name} | {threads} | " + " | ".join(f"{block['prefill_ms'][n]:.2f}" for n in lens)
+        cpu = block.get("cpu_decode_ms")
+        print(f"| {name} | {threads} | " + (f"{block['size_mb']:.1f}" if "size_mb" in block else "-") + " | "
+              + " | ".join(f"{block['prefill_ms'][n]:.2f}" for n in lens)
               + f" | {block['decode_ms_per_token']:.3f} | {block['tokens_per_s']:.0f}"
               + f" | {base['decode_ms_per_token'] / block['decode_ms_per_token']:.2f}x"
               + f" | {base['prefill_ms'][lens[-1]] / block['prefill_ms'][lens[-1]]:.2f}x"
-              + f" | {100 * block['tokens_per_s'] / bound:.0f}% |")
+              + f" | {100 * block['tokens_per_s'] / bound:.0f}%"
+              + (f" | {cpu:.2f} | {base['cpu_decode_ms'] / cpu:.2f}x |" if cpu else " | - | - |"))
 
 
 if __name__ == "__main__":

@@ -190,3 +190,43 @@ def test_gemma3_shaped_one_kv_head_is_token_exact_on_litert(tmp_path):
     for row in read_report(out)["targets"]:
         g = row["generation"]
         assert row["status"] == "ok" and g["token_agreement"] == 1.0 and g["logits_max_rel_err"] < 1e-5, row["error"]
+
+
+# ---- LiteRT decode speed: cache write in place, grouped kv heads -------------------------------------------
+
+class CacheStep(torch.nn.Module):
+    """A static-cache step the way transformers writes it: ``index_copy_`` at ``cache_len + arange(T)``, the
+    length bumped in place, then SDPA on ``repeat_kv`` (2 kv heads, 4 query heads) with a bool mask."""
+
+    def forward(self, q, k, v, cache_k, cache_v, cache_len, mask):
+        index = torch.arange(k.shape[2]) + cache_len
+        cache_len.add_(k.shape[2])
+        cache_k.index_copy_(2, index, k)
+        cache_v.index_copy_(2, index, v)
+        rep = lambda t: t[:, :, None].expand(1, 2, 2, t.shape[2], t.shape[3]).reshape(1, 4, t.shape[2], t.shape[3])  # noqa: E731
+        out = torch.nn.functional.scaled_dot_product_attention(q, rep(cache_k), rep(cache_v), mask, scale=0.25)
+        return {"out": out, "cache_k": cache_k, "cache_v": cache_v, "cache_len": cache_len}
+
+
+def test_cache_write_and_grouped_heads_are_rewritten_exactly():
+    """The two LiteRT decode-speed passes on a cache step: the write becomes litert-torch's
+    dynamic_update_slice at the slot the length had BEFORE its in-place increment, attention stops
+    repeating the kv heads, and outputs equal eager's."""
+    torch.manual_seed(0)
+    feeds = {"q": torch.randn(1, 4, 3, 16), "k": torch.randn(1, 2, 3, 16), "v": torch.randn(1, 2, 3, 16),
+             "cache_k": torch.randn(1, 2, 12, 16), "cache_v": torch.randn(1, 2, 12, 16),
+             "cache_len": torch.tensor(5), "mask": torch.arange(12).view(1, 1, 1, 12) <= torch.tensor([5, 6, 7]).view(1, 1, 3, 1)}
+    copy = lambda: {k: v.clone() for k, v in feeds.items()}  # noqa: E731
+    program = torch.export.export(CacheStep(), (), kwargs=copy(), strict=False)
+    result = R.apply_rewrites(program, (), ["grouped_query_attention", "kv_write_dynamic_update_slice"], example_kwargs=copy())
+    assert result.applied == ["grouped_query_attention", "kv_write_dynamic_update_slice"]
+    nodes = [n for n in result.program.graph.nodes if n.op == "call_function"]
+    assert not any("index_copy" in str(n.target) for n in nodes)
+    assert sum("dynamic_update_slice" in str(n.target) for n in nodes) == 2
+    # repeat_kv's (1, 2, 2, S, D) expands feed nothing any more (dead: the converter drops them)
+    repeated = [n for n in nodes if "expand" in str(n.target) and len(n.args[1]) == 5]
+    assert all(not n.users or all(not u.users for u in n.users) for n in repeated), repeated
+    expected, got = CacheStep()(**copy()), result.program.module()(**copy())
+    for name in ("cache_k", "cache_v", "cache_len"):
+        assert torch.equal(expected[name], got[name]), name
+    assert torch.allclose(expected["out"], got["out"], atol=1e-6)

@@ -97,6 +97,20 @@ def test_signatures_and_manifest(llama):
     assert list(Interpreter(model_path=str(tflite)).get_signature_list()) == ["prefill_4", "prefill_8", "decode"]
 
 
+def test_litert_writes_the_cache_in_place_and_never_repeats_kv_heads(llama):
+    """The speed of LiteRT decode (bench/generation.py): the cache write is a DYNAMIC_UPDATE_SLICE (not a
+    STABLEHLO_SCATTER, which XNNPACK does not take) and the two kv heads are attended by their query heads
+    in groups (no copy of the cache per query head), while the row stays token-exact (test above)."""
+    from edgeport.targets.litert.target import op_counts
+
+    _, out, report = llama
+    row = rows_of(report)[("litert", "fp32")]
+    assert {"kv_write_dynamic_update_slice", "grouped_query_attention"} <= set(row["rewrites"])
+    ops = op_counts(out / row["artifact"])
+    assert ops.get("DYNAMIC_UPDATE_SLICE") == 3 * 2 * 2 and "STABLEHLO_SCATTER" not in ops  # signatures x layers x k/v
+    assert "BROADCAST_TO" not in ops
+
+
 def test_exported_programs_are_token_exact_with_generate(llama):
     """validate's reference (the saved flat programs through the loop) agrees with the model's own generate,
     also for a prompt right-padded into a prefill and one longer than every prefill (chunked)."""
@@ -267,13 +281,15 @@ def test_family_matrix_token_exact(family, tmp_path):
 def test_litert_one_kv_head_is_exact(tmp_path):
     """One kv head (MQA: Gemma-2B, Gemma-3-1B, Falcon, ...): the converter folded the key transpose into the
     head broadcast and dropped it (logits 2.6e-3 off on this model, budget 1e-4). The LiteRT generative
-    signatures get expand_before_transpose, and the row is exact like ONNX's."""
+    signatures attend with the query heads grouped onto the one kv head (grouped_query_attention: no head
+    broadcast left to fold; expand_before_transpose where a prefill attends causally), and the row is exact
+    like ONNX's."""
     model_dir = tiny_lm.save(tiny_lm.build("gemma", kv_heads=1), tmp_path / "gemma_mqa")
     result = convert(model_dir, tmp_path / "out", "--no-latency", targets=("litert", "onnx"))
     assert result.returncode == 0, result.stdout + result.stderr
     rows = rows_of(read_report(tmp_path / "out"))
     litert, onnx = rows[("litert", "fp32")], rows[("onnx", "fp32")]
-    assert litert["status"] == "ok" and litert["rewrites"] == ["expand_before_transpose"]
+    assert litert["status"] == "ok" and "grouped_query_attention" in litert["rewrites"]
     for row in (litert, onnx):
         g = row["generation"]
         assert g["token_agreement"] == 1.0 and g["first_divergence"] is None and g["logits_max_rel_err"] < 1e-5

@@ -94,8 +94,8 @@ TARGET = Target(
              TargetOption("litertlm", "litert: also write model.litertlm (LiteRT-LM bundle via litert-torch's "
                           "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool)),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
-              "sort_by_rank", "scatter_add_onehot", "expand_before_transpose",
-              "complex_pairs"),
+              "sort_by_rank", "scatter_add_onehot", "grouped_query_attention", "expand_before_transpose",
+              "complex_pairs", "kv_write_dynamic_update_slice"),
     refuses=(
         ("aten.histc.default", "Lowering not found: aten.histc.default"),
         ("aten.polar.default", "Lowering not found: aten.polar.default"),
