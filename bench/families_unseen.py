@@ -68,6 +68,24 @@ def probe(family: str, work: Path, timeout: int) -> dict:
     return entry
 
 
+def cell(entry: dict, target: str) -> str:
+    c = entry.get("targets", {}).get(target)
+    if not c:
+        return f"not converted: {entry.get('error') or 'no row'}"
+    if c["status"] != "ok" and c["token_agreement"] is None:
+        return f"not converted: {c['error']}"
+    verdict = "token-exact" if c["exact"] else f"tokens {c['token_agreement']:.2f}"
+    return f"{verdict} (logits rel {c['logits_max_rel_err']:.1e})"
+
+
+def markdown(results: dict) -> str:
+    """The matrix as a markdown table, one line per probed family."""
+    lines = ["| family | " + " | ".join(TARGETS) + " |", "|---" * (len(TARGETS) + 1) + "|"]
+    for family, entry in results.items():
+        lines.append(f"| {family} | " + " | ".join(cell(entry, t) for t in TARGETS) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     import tiny_lm
 
@@ -75,7 +93,11 @@ def main() -> int:
     parser.add_argument("families", nargs="*", default=list(tiny_lm.UNSEEN))
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--timeout", type=int, default=1200)
+    parser.add_argument("--markdown", action="store_true", help="print the stored matrix as a table, convert nothing")
     opts = parser.parse_args()
+    if opts.markdown:
+        print(markdown(json.loads(OUT.read_text())))
+        return 0
     work = opts.work or Path(tempfile.mkdtemp(prefix="families_"))
     results = json.loads(OUT.read_text()) if OUT.is_file() else {}
     for family in opts.families:
