@@ -46,7 +46,43 @@ def config(family: str, kv_heads: int = 2):
                                   layer_types=["sliding_attention"] * 3 + ["full_attention"])
     if family == "gemma2":  # every other layer attends a sliding window of 16 tokens
         return T.Gemma2Config(head_dim=16, sliding_window=WINDOW, **llama_like)
+    if family in UNSEEN:
+        return unseen(family, llama_like)
     return {"llama": T.LlamaConfig, "qwen2": T.Qwen2Config}[family](**llama_like)
+
+
+# Families probed after the first matrix (bench/FAMILIES_UNSEEN.md): each brings one mechanism the others lack.
+UNSEEN = ("qwen3", "phi3", "phi", "mistral", "gpt_neox", "stablelm", "olmo2", "qwen2_moe", "qwen3_moe", "falcon",
+          "granite", "smollm3", "opt", "bloom", "gptj")
+
+
+def unseen(family: str, llama_like: dict):
+    import transformers as T
+
+    common = {k: llama_like[k] for k in ("vocab_size", "tie_word_embeddings", *SPECIAL)}
+    gpt_like = dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, **common)
+    moe = dict(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, **llama_like)
+    built = {
+        "qwen3": lambda: T.Qwen3Config(head_dim=16, **llama_like),  # q/k RMSNorm per head
+        "phi3": lambda: T.Phi3Config(**llama_like),  # fused qkv_proj and gate_up_proj
+        "phi": lambda: T.PhiConfig(**llama_like),  # partial rotary (half the head), parallel attention + MLP
+        "mistral": lambda: T.MistralConfig(sliding_window=WINDOW, **llama_like),  # every layer slides
+        "gpt_neox": lambda: T.GPTNeoXConfig(**{**llama_like, "num_key_value_heads": None}),  # rotary on 1/4, parallel
+        "stablelm": lambda: T.StableLmConfig(**llama_like),  # partial rotary, LayerNorm
+        "olmo2": lambda: T.Olmo2Config(**llama_like),  # q/k RMSNorm over all heads, norms after the blocks
+        "qwen2_moe": lambda: T.Qwen2MoeConfig(shared_expert_intermediate_size=64, **moe),  # sigmoid-gated shared expert
+        "qwen3_moe": lambda: T.Qwen3MoeConfig(head_dim=16, **moe),
+        "falcon": lambda: T.FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         max_position_embeddings=128, **common),  # multi-query, parallel attention
+        "granite": lambda: T.GraniteConfig(embedding_multiplier=4.0, logits_scaling=2.0, residual_multiplier=0.5,
+                                           attention_multiplier=0.1, **llama_like),
+        "smollm3": lambda: T.SmolLM3Config(**{**llama_like, "num_hidden_layers": 4}),  # layer 3 has no rotary (NoPE)
+        "opt": lambda: T.OPTConfig(hidden_size=64, num_hidden_layers=2, ffn_dim=128, num_attention_heads=4,
+                                   word_embed_proj_dim=64, max_position_embeddings=128, **common),  # learned positions
+        "bloom": lambda: T.BloomConfig(hidden_size=64, n_layer=2, n_head=4, **common),  # ALiBi, no positions
+        "gptj": lambda: T.GPTJConfig(rotary_dim=8, **gpt_like),  # interleaved rotary on half the head
+    }
+    return built[family]()
 
 
 def build(family: str, seed: int = 0, kv_heads: int = 2):
