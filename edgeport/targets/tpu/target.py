@@ -173,12 +173,11 @@ def convert(job: ConvertJob) -> Converted:
 
 def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, lowered: Lowered, precision: str,
                     compiles: list[dict]) -> None:
-    from safetensors.flax import save_file
-
     from edgeport.targets.tpu.runtime import EXPORT_FILE, META_FILE, WEIGHTS_FILE
+    from edgeport.targets.tpu.weights import save as save_weights
 
     (out / EXPORT_FILE).write_bytes(serialized)
-    save_file(lowered.weights, str(out / WEIGHTS_FILE))
+    save_weights(lowered.weights, out / WEIGHTS_FILE)
     (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
     executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
     (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
