@@ -58,7 +58,11 @@ def model_weight_bytes(loaded) -> int:
     if loaded.module is not None:
         module = loaded.module
         return fp32_weight_bytes([*module.parameters(), *module.buffers()])
-    program = loaded.program
+    return program_weight_bytes(loaded.program)
+
+
+def program_weight_bytes(program) -> int:
+    """fp32 weight bytes of an ExportedProgram's state (parameters, buffers, tensor constants)."""
     return fp32_weight_bytes([*program.state_dict.values(), *[v for v in program.constants.values()
                                                              if hasattr(v, "untyped_storage")]])
 

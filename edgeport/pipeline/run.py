@@ -9,6 +9,7 @@ the terminal carries edgeport's own lines.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,7 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, task.name != "forward")
         required = is_required(target.name, variant, the_plan.config)
         rows.append(run_row(target, variant, session, staging, budget, required, task).to_json())
+        gc.collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
     for target, variant, why in the_plan.skipped:
         rows.append(Row(target.name, variant, status="skipped", error=why,
                         required=is_required(target.name, variant, the_plan.config)).to_json())
