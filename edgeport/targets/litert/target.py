@@ -109,6 +109,8 @@ TARGET = Target(
     calibrated_variants=("int8",),
     read_quantization=litert_share.read,
     relative_cost=2.0,
+    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
+    memory_factor=2.8,   # litert-torch's own constant copies and flatbuffer (lightweight conversion)
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),
              TargetOption("litertlm", "litert: also write model.litertlm (LiteRT-LM bundle via litert-torch's "
                           "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool)),

@@ -249,6 +249,8 @@ TARGET = Target(
     generative="edgeport.targets.tpu.generate",
     calibrated_variants=(),
     relative_cost=3.0,
+    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
+    memory_factor=1.5,   # the weights once: jax aliases torch's and the mapped weights.safetensors
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,
