@@ -52,10 +52,12 @@ def convert(
     cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`"),
     reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="memory the conversion may use, e.g. 8G (default: what is available); a model whose estimated peak exceeds it is refused before work"),
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
     from edgeport import api
+    from edgeport.core.memory import parse_memory
 
     opts = api.convert_options(
         model=model, inputs=input, hf_task=hf_task, seq_len=seq_len, dynamic=dynamic, decompositions=decompositions,
@@ -64,7 +66,7 @@ def convert(
         budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
         calibration_data=calibration_data, target_options=target_options, task=task, prefill_lens=prefill_len,
         cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max, cache=cache,
-        reuse_verdict=reuse_verdict, jobs=jobs)
+        reuse_verdict=reuse_verdict, jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None)
     result = with_progress(lambda progress: api.convert(opts, progress))
     finish(result)
 

@@ -7,6 +7,7 @@ tracer's.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,7 +121,43 @@ def _info(name: str, val) -> TensorInfo:
 def save_program(program, path: Path) -> None:
     import torch
 
-    torch.export.save(program, path)
+    with _weights_written_in_place():
+        torch.export.save(program, path)
+
+
+@contextlib.contextmanager
+def _weights_written_in_place():
+    """``torch.export.save`` copies each weight into a Python ``bytes`` before writing it (torch 2.13's
+    ``pt2_archive._package._get_raw_tensor_bytes``): for a 2 GB embedding, a second 2 GB at the run's peak.
+    Its zip writer also takes a storage and its size, so the weight's own storage is written instead. Where
+    torch's internals differ from these, torch's own path runs unchanged."""
+    try:
+        from torch.export.pt2_archive import _package as package
+
+        raw_bytes, write_bytes = package._get_raw_tensor_bytes, package.PT2ArchiveWriter.write_bytes
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    class InPlace:
+        def __init__(self, tensor):
+            self.tensor = tensor   # keeps the storage alive until written
+            self.storage = tensor.untyped_storage()
+
+    def raw(value):
+        plain = value.device.type == "cpu" and not package._is_fake_tensor(value) and value.data_ptr()
+        return InPlace(value) if plain else raw_bytes(value)
+
+    def write(self, name, data):
+        if isinstance(data, InPlace):
+            return self.archive_file.write_record(name, data.storage, data.storage.nbytes())
+        return write_bytes(self, name, data)
+
+    package._get_raw_tensor_bytes, package.PT2ArchiveWriter.write_bytes = raw, write
+    try:
+        yield
+    finally:
+        package._get_raw_tensor_bytes, package.PT2ArchiveWriter.write_bytes = raw_bytes, write_bytes
 
 
 def fingerprint(program, signature: Signature) -> dict:
@@ -139,7 +176,8 @@ def fingerprint(program, signature: Signature) -> dict:
             tensor = value.detach().cpu().contiguous()
             weights.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
             flat = tensor.reshape(-1)  # 0-dim ints (BatchNorm's num_batches_tracked) have no byte view
-            weights.update(flat.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+            # the array's own buffer, not .tobytes(): a copy of the largest weight would set the run's peak
+            weights.update(flat.view(torch.uint8).numpy() if tensor.numel() else b"")
     return {"graph_sha256": graph, "weights_sha256": weights.hexdigest(),
             "signature": {"inputs": [i.to_json() for i in signature.inputs],
                           "outputs": [o.to_json() for o in signature.outputs]}}

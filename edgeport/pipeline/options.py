@@ -50,6 +50,7 @@ class ConvertOptions:
     fallback_max: str | None = None      # cap on float layers: "25%" of the quantizable layers (default) or a count
     cache: bool = True                 # reuse/store conversions in edgeport's cache (edgeport.cache)
     reuse_verdict: bool = False        # a cache hit keeps its stored parity/latency instead of measuring again
+    max_memory: int | None = None      # bytes the run may use (None: what is available); the pre-flight check
     jobs: int | None = None            # rows run in this many worker processes (None: one per 2 cores; 1: in-process)
 
 

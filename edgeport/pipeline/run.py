@@ -9,6 +9,7 @@ the terminal carries edgeport's own lines.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,8 @@ def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, t
     PyTorch's reference."""
     from edgeport.core.program import fingerprint, save_program, signature_of
 
-    loaded, program, module_rewrites = load_and_export(opts.source, progress, timings)
+    loaded, program, module_rewrites = load_and_export(opts.source, progress, timings,
+                                                       preflight=lambda m: preflight(m, opts, the_plan, workers))
     save_program(program, staging / "exported.pt2")
     signature = signature_of(program, loaded.input_names)
     program_id = fingerprint(program, signature)
@@ -145,6 +147,7 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
         budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, task.name != "forward")
         required = is_required(target.name, variant, the_plan.config)
         rows.append(run_row(target, variant, session, staging, budget, required, task).to_json())
+        gc.collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
     for target, variant, why in the_plan.skipped:
         rows.append(Row(target.name, variant, status="skipped", error=why,
                         required=is_required(target.name, variant, the_plan.config)).to_json())
@@ -179,10 +182,19 @@ def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts
         (staging / task.INPUTS_FILE).unlink(missing_ok=True)
 
 
-def load_and_export(source, progress: Progress, timings: dict) -> tuple:
+def preflight(loaded, opts: ConvertOptions, the_plan, workers: bool) -> None:
+    """Refuse (exit 2, with the estimate) a model whose conversion will not fit in memory or on disk."""
+    from edgeport.core import memory
+
+    est = memory.estimate(memory.model_weight_bytes(loaded), the_plan.rows, row_jobs(opts, the_plan) if workers else 1)
+    memory.check(est, opts.output.out, opts.max_memory)
+
+
+def load_and_export(source, progress: Progress, timings: dict, preflight: Callable | None = None) -> tuple:
     """(loaded, program, module rewrites): the one load -> module rewrites -> torch.export that ``convert``,
     ``check`` and ``quantize --sensitivity`` share. With ``--dynamic batch`` dim 0 stays symbolic (targets
-    that cannot keep it convert at the example shapes; the report says which dims stayed dynamic where)."""
+    that cannot keep it convert at the example shapes; the report says which dims stayed dynamic where).
+    ``preflight(loaded)`` runs between the load and the export (convert's memory and disk check)."""
     from edgeport.core.program import batch_dynamic, export_program
     from edgeport.sources import load_model
     from edgeport.targets.rewrites import apply_module_rewrites
@@ -190,6 +202,8 @@ def load_and_export(source, progress: Progress, timings: dict) -> tuple:
     progress("loading model")
     with timed(timings, "load"):
         loaded = load_model(source)
+    if preflight is not None:
+        preflight(loaded)
     module_rewrites = apply_module_rewrites(loaded.module)
     progress("torch.export")
     with timed(timings, "export"):

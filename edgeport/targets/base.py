@@ -228,6 +228,11 @@ class Target:
     budgets: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     # artifact -> edgeport.quantize.artifact_share.ArtifactQuantization: what a non-fp32 artifact really quantizes
     read_quantization: Callable[[Path], Any] | None = None
+    # peak RSS of one `convert` of this target / the model's fp32 weight bytes, measured on a 2.24 GB model
+    # (bench/LARGE.md); the pre-flight check (edgeport.core.memory) refuses a model whose estimate won't fit
+    memory_factor: float = 2.5
+    # the fp32 artifact's bytes (every file) / fp32 weight bytes; a variant scales it by its precision
+    disk_factor: float = 1.0
 
     def __post_init__(self):
         from edgeport.targets.rewrites import check_known

@@ -27,6 +27,8 @@ TARGET = Target(
     float_fallback=FallbackSupport(SCHEMES, layers, prepare),
     calibrated_variants=("int8",),
     relative_cost=1.5,
+    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
+    memory_factor=2.0,
     report_sections=report_sections,
     slow_ops=portable_ops,
     rewrites=("upcast_fp32", "inline_custom_ops", "real_dft", "sort_by_rank"),

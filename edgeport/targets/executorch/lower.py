@@ -77,11 +77,14 @@ def lower(programs: dict):
 
 
 def save(edge, path: Path) -> None:
-    """``to_executorch`` and the ``.pte`` bytes written to ``path``."""
+    """``to_executorch`` and the ``.pte`` written to ``path``, piece by piece (``.buffer`` would first join
+    every weight into one bytes object: a second copy of the weights at the run's peak)."""
     import warnings
 
     import torch
 
     with torch.no_grad(), warnings.catch_warnings(), cpu_tracing():
         warnings.simplefilter("ignore")
-        path.write_bytes(edge.to_executorch().buffer)
+        program = edge.to_executorch()
+        with open(path, "wb") as f:
+            program.write_to_file(f)

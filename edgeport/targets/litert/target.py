@@ -48,7 +48,7 @@ def convert(job: ConvertJob) -> Converted:
         job.progress("PT2E calibration (int8)")
         module, quant_config = litert_quant.pt2e_int8(module, job, float_filter(job.program, job.float_layers))
     job.progress("litert_torch conversion" + (f" + quantization ({job.variant})" if quant_config else ""))
-    edge = litert_torch.convert(module, args, quant_config=quant_config)
+    edge = litert_torch.convert(module, args, quant_config=quant_config, **large_model_options(job, quant_config))
     job.progress("serialization")
     edge.export(str(path))
     if job.variant == "int8":
@@ -56,22 +56,44 @@ def convert(job: ConvertJob) -> Converted:
     return Converted(path, {"ops": op_counts(path), **details})
 
 
+# fp32 weights above which litert-torch converts "lightweight" (constants handled lazily, then folded by its
+# runtime): on a 2.24 GB model its peak over the weights fell from 2.7x to 1.8x and the conversion took half
+# the time, same parity (bench/LARGE.md); smaller models keep the default path their tests pin
+LIGHTWEIGHT_ABOVE = 1 << 30
+
+
+def large_model_options(job: ConvertJob, quant_config) -> dict:
+    from edgeport.core.memory import program_weight_bytes
+
+    large = quant_config is None and program_weight_bytes(job.program) > LIGHTWEIGHT_ABOVE
+    return {"lightweight_conversion": True} if large else {}
+
+
 def op_counts(path: Path) -> dict[str, int]:
-    """Operator histogram read from the flatbuffer (opcode = max(builtin, deprecated builtin))."""
+    """Operator histogram read from the flatbuffer (opcode = max(builtin, deprecated builtin)), through the
+    schema's lazy accessors over the mapped file: unpacking it (flatbuffer_utils.read_model) would hold a
+    copy of every weight."""
+    import mmap
+
     from ai_edge_litert import schema_py_generated as schema
-    from ai_edge_litert.tools import flatbuffer_utils
 
-    model = flatbuffer_utils.read_model(str(path))
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        model = schema.Model.GetRootAs(mapped, 0)
+        codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
 
-    def op_name(op) -> str:
-        code = model.operatorCodes[op.opcodeIndex]
-        name = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
-        if name == "CUSTOM" and code.customCode:
-            return f"CUSTOM:{code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode}"
-        return name
+        def op_name(op) -> str:
+            code = codes[op.OpcodeIndex()]
+            name = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
+            custom = code.CustomCode()
+            if name == "CUSTOM" and custom:
+                return f"CUSTOM:{custom.decode() if isinstance(custom, bytes) else custom}"
+            return name
 
-    return histogram(op_name(op) for subgraph in model.subgraphs for op in subgraph.operators or [])
+        found = [op_name(g.Operators(i)) for g in (model.Subgraphs(k) for k in range(model.SubgraphsLength()))
+                 for i in range(g.OperatorsLength())]
+        del model, codes   # the accessors hold views of the mapping, which must close
+    return histogram(found)
 
 
 TARGET = Target(
@@ -90,6 +112,8 @@ TARGET = Target(
     calibrated_variants=("int8",),
     read_quantization=litert_share.read,
     relative_cost=2.0,
+    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
+    memory_factor=2.8,   # litert-torch's own constant copies and flatbuffer (lightweight conversion)
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),
              TargetOption("litertlm", "litert: also write model.litertlm (LiteRT-LM bundle via litert-torch's "
                           "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool)),

@@ -81,6 +81,7 @@ def export_fp32(job: ConvertJob, path: Path) -> None:
     """Under the program's own capture mode: torch.onnx re-runs the decomposed graph (its type-promotion
     pass) with the program's parameters, and with grad enabled it would pick other kernels than the ones
     the graph was recorded with (see :func:`edgeport.core.program.capture_mode`)."""
+    from edgeport.core.memory import program_weight_bytes
     from edgeport.core.program import capture_mode
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
@@ -93,8 +94,15 @@ def export_fp32(job: ConvertJob, path: Path) -> None:
                 raise
             onnx_program = _own_capture(job, exc)
     job.progress("serialization")
-    # None: torch.onnx's own rule (external data above its size threshold, 1.5 GB of weights)
-    onnx_program.save(str(path), external_data=True if job.options.get("onnx_external_data") else None)
+    external = job.options.get("onnx_external_data") or program_weight_bytes(job.program) > EXTERNAL_ABOVE
+    onnx_program.save(str(path), external_data=True if external else None)
+
+
+# fp32 weights above which model.onnx keeps its weights in model.onnx.data (torch.onnx does so itself above
+# 2 GB): saved inline, the protobuf is built and serialized in memory and onnxruntime parses a copy of it,
+# 4.4x the weights of peak RSS on a 1.12 GB model against 1.4x with external data (bench/LARGE.md);
+# --onnx-external-data asks for it at any size
+EXTERNAL_ABOVE = 1 << 30
 
 
 def _export_shared(job: ConvertJob):
@@ -241,4 +249,6 @@ TARGET = Target(
     rewrites=("upcast_fp32", "inline_custom_ops", "complex_pairs"),
     refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),
              ("aten.view_as_complex.default", "No decompositions registered for the complex-valued input")),
+    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
+    memory_factor=1.5,   # external data above 1 GiB; onnxruntime maps it
 )

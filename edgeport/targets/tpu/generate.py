@@ -97,9 +97,9 @@ def _compile_all(topologies, compile_input, out: Path, donate: tuple, name: str)
 
 
 def _write(out: Path, weights: dict, meta: dict, job: GenerativeJob, precision: str) -> None:
-    from safetensors.flax import save_file
+    from edgeport.targets.tpu.weights import save as save_weights
 
-    save_file(weights, str(out / WEIGHTS_FILE))
+    save_weights(weights, out / WEIGHTS_FILE)
     (out / META_FILE).write_text(json.dumps({
         "format": "jax.export", "platforms": ["cpu", "tpu"], "variant": job.variant, "matmul_precision": precision,
         "call": "exported.call({w: weights[w] for w in signature.weights}, *inputs in signature order) -> outputs",

@@ -36,12 +36,14 @@ class LoadedModel:
 
     def __init__(self, directory: Path):
         import jax
-        from safetensors.flax import load_file
+
+        from edgeport.targets.tpu.weights import load as load_weights
 
         self.directory = Path(directory)
         self.meta = json.loads((self.directory / META_FILE).read_text())
         self.exported = jax.export.deserialize(bytearray((self.directory / EXPORT_FILE).read_bytes()))
-        self.weights = load_file(str(self.directory / WEIGHTS_FILE))
+        # mapped, and aliased (not copied) by jax's CPU client; a TPU host copies them to the device
+        self.weights = jax.device_put(load_weights(self.directory / WEIGHTS_FILE))
         self.input_dtypes = [a.dtype for a in self.exported.in_avals[len(self.weights):]]
         # jit once: Exported.call alone re-traces on every call (~0.3 ms of Python per call)
         self.call = jax.jit(self.exported.call)

@@ -21,16 +21,16 @@ class JaxSignatureRunner(SignatureRunner):
 
     def __init__(self, path: Path, threads: int):
         import jax
-        from safetensors.flax import load_file
 
         from edgeport.targets._jax import prefer_cpu_backend
+        from edgeport.targets.tpu.weights import load as load_weights
 
         prefer_cpu_backend()
         super().__init__(path, threads)
         folder = Path(path)
         self.meta = json.loads((folder / META_FILE).read_text())["signatures"]
         self.cpu = jax.devices("cpu")[0]
-        weights = jax.device_put(load_file(str(folder / WEIGHTS_FILE)), self.cpu)
+        weights = jax.device_put(load_weights(folder / WEIGHTS_FILE), self.cpu)
         self.programs = {}
         for name, entry in self.meta.items():
             exported = jax.export.deserialize(bytearray((folder / entry["file"]).read_bytes()))

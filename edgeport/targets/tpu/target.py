@@ -195,12 +195,11 @@ def _cacheable(compiles: list[dict]) -> bool:
 
 def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, lowered: Lowered, precision: str,
                     compiles: list[dict]) -> None:
-    from safetensors.flax import save_file
-
     from edgeport.targets.tpu.runtime import EXPORT_FILE, META_FILE, WEIGHTS_FILE
+    from edgeport.targets.tpu.weights import save as save_weights
 
     (out / EXPORT_FILE).write_bytes(serialized)
-    save_file(lowered.weights, str(out / WEIGHTS_FILE))
+    save_weights(lowered.weights, out / WEIGHTS_FILE)
     (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
     executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
     (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
@@ -272,6 +271,8 @@ TARGET = Target(
     generative="edgeport.targets.tpu.generate",
     calibrated_variants=(),
     relative_cost=3.0,
+    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
+    memory_factor=1.5,   # the weights once: jax aliases torch's and the mapped weights.safetensors
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,

@@ -1,0 +1,145 @@
+"""Pre-flight: will a conversion fit this machine's memory and the output's disk? Asked once the weights are
+loaded and before any export or conversion, so a model that cannot fit is refused with the estimate (exit 2)
+instead of being killed by the OOM killer halfway, or filling the disk with a partial artifact.
+
+The estimate is the model's fp32 weight bytes times each target's measured peak factor
+(``Target.memory_factor``: peak RSS of one ``convert`` of that target / fp32 weight bytes, bench/LARGE.md),
+plus the interpreter and converters' own footprint. Rows run one after another in one process, so the
+largest factor sets the peak; with ``-j N`` every worker holds its own copy of the program.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeport.errors import UsageError
+
+GB = 1e9
+# what the interpreter, torch and a converter's libraries hold before any weight: measured with a 4 MB model
+# (peak RSS of one target's `convert`: 0.5 to 0.9 GB, by the converter's libraries), rounded up
+BASE_BYTES = int(1.0 * GB)
+# bytes of an artifact per fp32 weight byte, by the precision a variant name states (fp32 when it states none)
+ARTIFACT_SHARE = (("int4", 0.125), ("int8", 0.25), ("fp16", 0.5), ("bf16", 0.5))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    weight_bytes: int        # fp32 bytes of every parameter and buffer (tied weights once)
+    memory: int              # estimated peak RSS of the run
+    disk: int                # bytes the artifacts (and exported.pt2) will take in --out
+    factor: float            # the largest per-target factor in the plan
+    by: str                  # the target (or "-j N") whose factor sets the peak
+
+    def describe_memory(self) -> str:
+        return (f"{self.memory / GB:.1f} GB ({self.weight_bytes / GB:.2f} GB fp32 weights x {self.factor:g} "
+                f"for {self.by} + {BASE_BYTES / GB:.1f} GB runtime)")
+
+
+def fp32_weight_bytes(tensors) -> int:
+    """fp32 bytes of ``tensors`` (an iterable of torch tensors): every floating weight counted at 4 bytes
+    (converters upcast bf16/fp16 weights), others at their size; a storage shared by several names once."""
+    seen, total = set(), 0
+    for tensor in tensors:
+        try:
+            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        except (RuntimeError, NotImplementedError):   # fake or meta tensors have no storage to share
+            key = id(tensor)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += tensor.numel() * (4 if tensor.is_floating_point() else tensor.element_size())
+    return total
+
+
+def model_weight_bytes(loaded) -> int:
+    """fp32 weight bytes of a loaded model: its module's parameters and buffers, or a .pt2 program's state."""
+    if loaded.module is not None:
+        module = loaded.module
+        return fp32_weight_bytes([*module.parameters(), *module.buffers()])
+    return program_weight_bytes(loaded.program)
+
+
+def program_weight_bytes(program) -> int:
+    """fp32 weight bytes of an ExportedProgram's state (parameters, buffers, tensor constants)."""
+    return fp32_weight_bytes([*program.state_dict.values(), *[v for v in program.constants.values()
+                                                             if hasattr(v, "untyped_storage")]])
+
+
+def artifact_share(variant: str) -> float:
+    return next((share for tag, share in ARTIFACT_SHARE if tag in variant), 1.0)
+
+
+def estimate(weight_bytes: int, rows, jobs: int = 1) -> Estimate:
+    """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``."""
+    factors = sorted(((t.memory_factor, t.name) for t, _v in rows), reverse=True) or [(1.0, "load")]
+    if jobs > 1:   # the main process keeps its program; each worker loads one and converts
+        top = factors[:jobs]
+        factor, by = 1.0 + sum(f for f, _n in top), f"-j {jobs}"
+        base = BASE_BYTES * (1 + len(top))
+    else:
+        (factor, by), base = factors[0], BASE_BYTES
+    disk = weight_bytes * (1.0 + sum(t.disk_factor * artifact_share(v) for t, v in rows))   # + exported.pt2
+    return Estimate(weight_bytes, int(base + weight_bytes * factor), int(disk), round(factor, 2), by)
+
+
+def available_memory() -> int:
+    """What this process may still use: MemAvailable, capped by a cgroup (container) limit when there is one."""
+    limits = [_meminfo("MemAvailable")]
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None and limit < 1 << 60:
+            limits.append(max(0, limit - usage))
+    known = [n for n in limits if n is not None]
+    return min(known) if known else 1 << 62
+
+
+def free_disk(path: Path) -> int:
+    """Free bytes on the filesystem ``path`` is (or will be) on: its nearest existing ancestor's."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check(est: Estimate, out: Path, max_memory: int | None) -> None:
+    """Refuse (UsageError, exit 2) a run whose estimate exceeds the memory it may use (``--max-memory``, else
+    what is available now) or the free disk at ``out``."""
+    limit = max_memory if max_memory is not None else available_memory()
+    if est.memory > limit:
+        source = "--max-memory" if max_memory is not None else "available memory"
+        raise UsageError(f"refusing to convert: estimated peak memory {est.describe_memory()} exceeds "
+                         f"{limit / GB:.1f} GB ({source}); --max-memory SIZE overrides")
+    free = free_disk(out)
+    if est.disk > free:
+        raise UsageError(f"refusing to convert: the artifacts need about {est.disk / GB:.1f} GB "
+                         f"({est.weight_bytes / GB:.2f} GB fp32 weights) but {out} has {free / GB:.1f} GB free")
+
+
+def _meminfo(field: str) -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def parse_memory(text: str) -> int:
+    """``--max-memory`` as bytes: 8G, 6.5GB, 512M or a byte count."""
+    from edgeport.cache import parse_size
+
+    return parse_size(text, "--max-memory")

@@ -1,0 +1,65 @@
+"""``weights.safetensors`` written and read without a copy of the weights in memory.
+
+safetensors' own ``save_file`` builds each tensor's bytes in memory before writing (a second copy of a
+2 GB embedding) and ``load_file`` reads the whole file into memory and copies it again into jax arrays:
+together they set the TPU target's peak RSS (4.3x the fp32 weights on a 2.24 GB model, issue 21). Here
+each array's own buffer goes to the file, and loading maps the file: the data section starts 64-byte
+aligned and the largest tensors come first, so jax's CPU client aliases the mapped pages instead of
+copying them (a TPU host copies them to the device as before). The file is standard safetensors: any
+safetensors reader opens it.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+from pathlib import Path
+
+ALIGN = 64   # what XLA's CPU client needs to alias a host buffer instead of copying it
+DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64",
+          "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
+
+
+def save(weights: dict, path: Path) -> None:
+    """``weights`` (name -> numpy or jax array) as safetensors, largest first, streamed array by array."""
+    import numpy as np
+
+    arrays = {name: np.asarray(value) for name, value in weights.items()}   # jax on CPU: a view, no copy
+    order = sorted(arrays, key=lambda n: -arrays[n].nbytes)
+    header, offset = {}, 0
+    for name in order:
+        array = arrays[name]
+        header[name] = {"dtype": DTYPES[array.dtype.name], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % ALIGN)   # safetensors allows trailing spaces in its JSON header
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for name in order:
+            array = np.ascontiguousarray(arrays[name])
+            if array.nbytes:
+                f.write(memoryview(array.reshape(-1).view(np.uint8)))
+
+
+def load(path: Path) -> dict:
+    """name -> read-only numpy array over the mapped file (pages are read when used, never copied here)."""
+    import ml_dtypes
+    import numpy as np
+
+    codes = {code: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name) for name, code in DTYPES.items()}
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    start = 8 + size
+    weights = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        dtype = codes[info["dtype"]]
+        array = np.frombuffer(mapped, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=start + begin)
+        weights[name] = array.reshape(info["shape"])
+    return weights

@@ -1,0 +1,98 @@
+"""The pre-flight check (issue 21): a conversion's peak memory and disk are estimated from the fp32 weight bytes
+and each target's measured factor, and a run that will not fit is refused with the estimate (exit 2) before
+anything is exported."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import REPO, run_cli
+from edgeport.core import memory
+from edgeport.errors import UsageError
+from edgeport.targets.registry import all_targets
+
+MODELS = REPO / "tests" / "models.py"
+W = 2_000_000_000
+
+
+def _target(name, factor, disk=1.0):
+    return SimpleNamespace(name=name, memory_factor=factor, disk_factor=disk)
+
+
+def test_estimate_takes_the_largest_factor_one_row_after_another():
+    a, b = _target("a", 2.0), _target("b", 2.4)
+    est = memory.estimate(W, [(a, "fp32"), (b, "fp32"), (b, "int8")])
+    assert est.memory == memory.BASE_BYTES + int(W * 2.4)
+    assert est.by == "b" and est.factor == 2.4
+    # exported.pt2 + two fp32 artifacts + an int8 one
+    assert est.disk == int(W * (1 + 1 + 1 + 0.25))
+
+
+def test_estimate_with_workers_adds_each_workers_program():
+    a, b, c = _target("a", 2.0), _target("b", 2.4), _target("c", 1.5)
+    est = memory.estimate(W, [(a, "fp32"), (b, "fp32"), (c, "fp32")], jobs=2)
+    assert est.memory == 3 * memory.BASE_BYTES + int(W * (1 + 2.4 + 2.0))
+    assert est.by == "-j 2"
+
+
+def test_fp32_weight_bytes_counts_tied_weights_once_and_half_precision_as_fp32():
+    embed = torch.nn.Embedding(100, 8)
+    head = torch.nn.Linear(8, 100, bias=False)
+    head.weight = embed.weight   # tied
+    assert memory.fp32_weight_bytes([embed.weight, head.weight]) == 100 * 8 * 4
+    assert memory.fp32_weight_bytes([torch.zeros(10, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.int64)]) == 40 + 24
+
+
+def test_every_target_declares_its_measured_factors():
+    for target in all_targets():
+        assert 1.0 < target.memory_factor <= 3.0, target.name
+        assert target.disk_factor >= 1.0, target.name
+
+
+def test_check_refuses_over_max_memory_and_over_free_disk(tmp_path, monkeypatch):
+    est = memory.estimate(W, [(_target("a", 2.0), "fp32")])
+    with pytest.raises(UsageError, match=r"estimated peak memory 5\.0 GB .* exceeds 4\.0 GB \(--max-memory\)"):
+        memory.check(est, tmp_path / "out", max_memory=4 * 10**9)
+    memory.check(est, tmp_path / "out", max_memory=6 * 10**9)   # --max-memory above the estimate: allowed
+    monkeypatch.setattr(memory, "free_disk", lambda path: 10**9)
+    with pytest.raises(UsageError, match=r"the artifacts need about 4\.0 GB .* has 1\.0 GB free"):
+        memory.check(est, tmp_path / "out", max_memory=6 * 10**9)
+
+
+def test_available_memory_is_positive_and_below_what_the_machine_has():
+    total = memory._meminfo("MemTotal")
+    assert 0 < memory.available_memory() <= total
+
+
+def test_refused_before_export(tmp_path, monkeypatch):
+    """In-process: the refusal comes after the load and before torch.export is even called."""
+    from edgeport import api
+    from edgeport.core import program
+
+    monkeypatch.setattr(program, "export_program", lambda *a, **k: pytest.fail("exported despite the refusal"))
+    opts = api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["onnx"], max_memory=10**6)
+    with pytest.raises(UsageError, match="refusing to convert: estimated peak memory"):
+        api.convert(opts)
+    assert not (tmp_path / "out").exists()
+
+
+def test_disk_refusal_in_a_run(tmp_path, monkeypatch):
+    from edgeport import api
+
+    monkeypatch.setattr(memory, "free_disk", lambda path: 1000)
+    opts = api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / "out", targets=["onnx"])
+    with pytest.raises(UsageError, match="the artifacts need about .* 0.0 GB free"):
+        api.convert(opts)
+
+
+def test_cli_refusal_is_one_line_and_exit_2(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--max-memory", "1M", "--out", out)
+    assert result.returncode == 2, result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("edgeport: error:")]
+    assert len(lines) == 1 and "refusing to convert: estimated peak memory" in lines[0], result.stderr
+    assert "--max-memory SIZE overrides" in lines[0] and "Traceback" not in result.stderr
+    assert not out.exists()
+    bad = run_cli("convert", f"{MODELS}:mlp", "--max-memory", "lots", "--out", out)
+    assert bad.returncode == 2 and "--max-memory='lots'" in bad.stderr
