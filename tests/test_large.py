@@ -39,6 +39,32 @@ def test_just_over_2gib_converts_within_the_memory_bound(tmp_path, targets, boun
     for row in rows:
         assert row["status"] == "ok" and row["parity"]["passed"], row
         assert large.artifact_bytes(out / row["target"]) >= weights * 0.99, row["target"]   # every weight written
+    check_manifest_lists_every_file(out, rows)
     ratio = run["peak_rss"] / weights
     assert run["peak_rss"] <= estimate.memory, f"peak RSS {run['peak_rss'] / 1e9:.2f} GB over {estimate.describe_memory()}"
     assert bound is None or ratio <= bound, f"peak RSS {run['peak_rss'] / 1e9:.2f} GB = {ratio:.2f}x the fp32 weights"
+
+
+def check_manifest_lists_every_file(out, rows) -> None:
+    """At this size the weights live beside the artifact (ONNX model.onnx.data, TPU weights.safetensors):
+    manifest.json lists every file each row wrote, with the size and sha256 on disk, and its listed bytes hold
+    every weight (an app or `bundle` following the manifest misses nothing)."""
+    import hashlib
+
+    manifest = {(a["target"], a["variant"]): a for a in json.loads((out / "manifest.json").read_text())["artifacts"]}
+    for row in rows:
+        files = manifest[(row["target"], row["variant"])]["files"]
+        assert files and files == row["files"], row["target"]
+        for entry in files:
+            path = out / entry["path"]
+            assert path.stat().st_size == entry["size_bytes"], entry["path"]
+            digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 24), b""):
+                    digest.update(block)
+            assert digest.hexdigest() == entry["sha256"], entry["path"]
+        assert sum(e["size_bytes"] for e in files) >= large_forward_model.fp32_weight_bytes(large_forward_model.ROWS) * 0.99
+    if ("onnx", "fp32") in manifest:
+        assert any(e["path"].endswith(".onnx.data") for e in manifest[("onnx", "fp32")]["files"])
+    if ("tpu", "fp32") in manifest:
+        assert any(e["path"].endswith("weights.safetensors") for e in manifest[("tpu", "fp32")]["files"])
