@@ -289,12 +289,13 @@ def test_the_cores_need_no_platform():
     import re
 
     kotlin = {p.name: set(re.findall(r"^import ([\w.]+)", p.read_text(), re.M)) for p in CORE.rglob("*.kt")}
-    assert {"Manifest.kt", "Parity.kt", "GenerationLoop.kt", "ParityCheck.kt"} <= set(kotlin)
+    assert {"Manifest.kt", "Parity.kt", "GenerationLoop.kt", "ParityCheck.kt", "BundleCheck.kt"} <= set(kotlin)
     for name, imports in kotlin.items():
         assert all(i.startswith(("kotlin.", "kotlinx.serialization.", "java.")) for i in imports), (name, imports)
     app = (REPO / "samples" / "android" / "app" / "src" / "main" / "kotlin" / "dev" / "edgeport" / "sample")
     assert "import com.google.ai.edge.litert" in (app / "LiteRtRunner.kt").read_text()
+    assert "import com.google.ai.edge.litertlm" in (app / "LiteRtLmEngine.kt").read_text()   # the LLM screen's
     swift = sorted((REPO / "samples" / "ios" / "EdgeportSample" / "Core").glob("*.swift"))
-    assert [p.name for p in swift] == ["Manifest.swift", "Parity.swift"]
+    assert [p.name for p in swift] == ["BundleCheck.swift", "Manifest.swift", "Parity.swift"]
     for path in swift:
         assert re.findall(r"^import (\w+)", path.read_text(), re.M) == ["Foundation"], path.name

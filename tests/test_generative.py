@@ -352,7 +352,7 @@ def test_target_rewrites_reach_the_prefill_and_decode_programs(tmp_path):
 
     support = GenerativeSupport(("fp32",), convert, lambda path, threads: None)
     target = SimpleNamespace(name="fake", rewrites=("sort_by_rank",), generation=lambda: support)
-    session = SimpleNamespace(programs={"decode": program}, samples={"decode": kwargs}, notes=[], target_options={},
+    session = SimpleNamespace(progress=None, cache=None, programs={"decode": program}, samples={"decode": kwargs}, notes=[], target_options={},
                               layout=SimpleNamespace(to_json=lambda: {}))
     row = Row("fake", "fp32")
     build(row, target, "fp32", session, tmp_path, {})

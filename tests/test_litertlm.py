@@ -143,7 +143,7 @@ def test_export_hf_refusing_the_model_fails_only_that_row(tmp_path, monkeypatch)
     stub.export = SimpleNamespace(export=refuse)
     monkeypatch.setitem(sys.modules, "litert_torch.generative.export_hf", stub)
     program = torch.export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),))
-    session = SimpleNamespace(programs={"decode": program}, samples={}, notes=[], target_options={"litertlm": True},
+    session = SimpleNamespace(progress=None, cache=None, programs={"decode": program}, samples={}, notes=[], target_options={"litertlm": True},
                               layout=SimpleNamespace(to_json=lambda: {"model": f"hf:{tmp_path}", "prefill_lens": [8],
                                                                       "cache_len": 32}))
     row = Row("litert", "fp32-litertlm")

@@ -96,3 +96,21 @@ def test_cli_refusal_is_one_line_and_exit_2(tmp_path):
     assert not out.exists()
     bad = run_cli("convert", f"{MODELS}:mlp", "--max-memory", "lots", "--out", out)
     assert bad.returncode == 2 and "--max-memory='lots'" in bad.stderr
+
+
+def test_tpu_weights_file_round_trips_every_weight_dtype(tmp_path):
+    """weights.safetensors written array by array keeps what the old writer took: a complex rotary table
+    (complex64), bf16, integer buffers; any safetensors reader opens it."""
+    import ml_dtypes
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from edgeport.targets.tpu import weights
+
+    arrays = {"freqs": (np.arange(6) + 1j).astype(np.complex64).reshape(2, 3), "w": np.ones(4, ml_dtypes.bfloat16),
+              "ids": np.arange(3, dtype=np.uint32), "big": np.random.rand(64, 8).astype(np.float32)}
+    weights.save(arrays, tmp_path / "w.safetensors")
+    back = weights.load(tmp_path / "w.safetensors")
+    for name, array in arrays.items():
+        assert back[name].dtype == array.dtype and np.array_equal(back[name], array), name
+    assert np.array_equal(load_file(str(tmp_path / "w.safetensors"))["freqs"], arrays["freqs"])

@@ -16,8 +16,11 @@ import mmap
 from pathlib import Path
 
 ALIGN = 64   # what XLA's CPU client needs to alias a host buffer instead of copying it
-DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64",
-          "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
+# numpy dtype name -> safetensors dtype code: every code safetensors defines that a weight can have
+# (a complex rotary table is a complex64 buffer; ml_dtypes names the bfloat16 and float8 kinds)
+DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "complex64": "C64",
+          "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "int64": "I64", "int32": "I32", "int16": "I16",
+          "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL"}
 
 
 def save(weights: dict, path: Path) -> None:
@@ -29,6 +32,8 @@ def save(weights: dict, path: Path) -> None:
     header, offset = {}, 0
     for name in order:
         array = arrays[name]
+        if array.dtype.name not in DTYPES:
+            raise ValueError(f"weight {name}: dtype {array.dtype.name} has no safetensors code")
         header[name] = {"dtype": DTYPES[array.dtype.name], "shape": list(array.shape),
                         "data_offsets": [offset, offset + array.nbytes]}
         offset += array.nbytes
@@ -48,7 +53,7 @@ def load(path: Path) -> dict:
     import ml_dtypes
     import numpy as np
 
-    codes = {code: np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name) for name, code in DTYPES.items()}
+    codes = {code: np.dtype(getattr(ml_dtypes, name, name)) for name, code in DTYPES.items()}
     with open(path, "rb") as f:
         size = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(size))
