@@ -96,3 +96,18 @@ def test_cli_refusal_is_one_line_and_exit_2(tmp_path):
     assert not out.exists()
     bad = run_cli("convert", f"{MODELS}:mlp", "--max-memory", "lots", "--out", out)
     assert bad.returncode == 2 and "--max-memory='lots'" in bad.stderr
+
+
+def test_text_generation_is_refused_before_its_export(tmp_path):
+    """The text-generation task asks the same pre-flight question between its load and its export; its
+    disk estimate counts one saved program per signature (prefill per length, decode)."""
+    import tiny_lm
+
+    model_dir = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    out = tmp_path / "out"
+    result = run_cli("convert", f"hf:{model_dir}", "-t", "onnx", "--prefill-len", "4", "--cache-len", "16",
+                     "--gen-tokens", "4", "--max-memory", "1M", "--out", out)
+    assert result.returncode == 2 and "refusing to convert: estimated peak memory" in result.stderr, result.stderr
+    assert not out.exists()
+    rows = [(_target("onnx", 1.5), "fp32")]
+    assert memory.estimate(W, rows, programs=3).disk == memory.estimate(W, rows).disk + 2 * W
