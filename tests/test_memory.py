@@ -114,3 +114,16 @@ def test_tpu_weights_file_round_trips_every_weight_dtype(tmp_path):
     for name, array in arrays.items():
         assert back[name].dtype == array.dtype and np.array_equal(back[name], array), name
     assert np.array_equal(load_file(str(tmp_path / "w.safetensors"))["freqs"], arrays["freqs"])
+def test_text_generation_is_refused_before_its_export(tmp_path):
+    """The text-generation task asks the same pre-flight question between its load and its export; its
+    disk estimate counts one saved program per signature (prefill per length, decode)."""
+    import tiny_lm
+
+    model_dir = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    out = tmp_path / "out"
+    result = run_cli("convert", f"hf:{model_dir}", "-t", "onnx", "--prefill-len", "4", "--cache-len", "16",
+                     "--gen-tokens", "4", "--max-memory", "1M", "--out", out)
+    assert result.returncode == 2 and "refusing to convert: estimated peak memory" in result.stderr, result.stderr
+    assert not out.exists()
+    rows = [(_target("onnx", 1.5), "fp32")]
+    assert memory.estimate(W, rows, programs=3).disk == memory.estimate(W, rows).disk + 2 * W

@@ -71,8 +71,10 @@ def artifact_share(variant: str) -> float:
     return next((share for tag, share in ARTIFACT_SHARE if tag in variant), 1.0)
 
 
-def estimate(weight_bytes: int, rows, jobs: int = 1) -> Estimate:
-    """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``."""
+def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1) -> Estimate:
+    """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``;
+    ``programs``: how many saved programs each hold every weight (``exported.pt2``; a text-generation
+    model saves one per signature: prefill per length, decode)."""
     factors = sorted(((t.memory_factor, t.name) for t, _v in rows), reverse=True) or [(1.0, "load")]
     if jobs > 1:   # the main process keeps its program; each worker loads one and converts
         top = factors[:jobs]
@@ -80,7 +82,7 @@ def estimate(weight_bytes: int, rows, jobs: int = 1) -> Estimate:
         base = BASE_BYTES * (1 + len(top))
     else:
         (factor, by), base = factors[0], BASE_BYTES
-    disk = weight_bytes * (1.0 + sum(t.disk_factor * artifact_share(v) for t, v in rows))   # + exported.pt2
+    disk = weight_bytes * (programs + sum(t.disk_factor * artifact_share(v) for t, v in rows))   # + exported
     return Estimate(weight_bytes, int(base + weight_bytes * factor), int(disk), round(factor, 2), by)
 
 

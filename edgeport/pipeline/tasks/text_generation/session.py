@@ -23,6 +23,7 @@ def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: boo
     progress("loading model")
     with timed(timings, "load"):
         loaded = load_causal_lm(opts.source)
+    check_fits(loaded[0], opts, the_plan, workers)
     real, data = real_prompts(opts, the_plan.generation, loaded[0])
     progress("export_for_generation (prefill + decode)")
     with timed(timings, "export"):
@@ -33,6 +34,16 @@ def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: boo
     session.progress = progress
     params = int(sum(p.numel() for p in exported.model.parameters()))
     return Prepared(session, None, {"params": params}, timings)
+
+
+def check_fits(model, opts, the_plan, workers: bool) -> None:
+    """convert's pre-flight memory and disk check, before the export: the weights once in memory (the
+    signatures' programs share the model's storage), once on disk per saved signature program."""
+    from edgeport.core.memory import fp32_weight_bytes
+    from edgeport.pipeline.run import check_fits as fits
+
+    weights = fp32_weight_bytes([*model.parameters(), *model.buffers()])
+    fits(weights, opts, the_plan, workers, programs=len(the_plan.generation.prefill_lens) + 1)
 
 
 def real_prompts(opts, plan, model) -> tuple[list, dict | None]:
