@@ -48,8 +48,9 @@ def export_model(payload: dict):
     timings: dict = {}
     try:
         with redirected(staging / RUN_LOG):
+            rows = [(get_target(t), v) for t, v in payload["rows"]]   # also what the pre-flight check weighs
             the_plan = SimpleNamespace(decompositions=load_user_decompositions(opts.source.decompositions),
-                                       fallback=parse_policy(opts.fallback, opts.fallback_max))
+                                       fallback=parse_policy(opts.fallback, opts.fallback_max), rows=rows)
             try:
                 prepared = prepare(staging, opts, the_plan, lambda _m: None, timings)
             except ExportFailed as exc:
@@ -58,7 +59,7 @@ def export_model(payload: dict):
                 why = (str(exc).splitlines() or [""])[0] if isinstance(exc, UsageError) else first_line(exc)
                 return {"ok": False, "stage": "load", "error": f"load failed: {why}", "timings": timings}, None
             shared = task.shared_spec(prepared.session, staging, opts.source, payload.get("cache_root"))
-            plans = task.plan_rows(prepared.session, [(get_target(t), v) for t, v in payload["rows"]])
+            plans = task.plan_rows(prepared.session, rows)
         meta = {"ok": True, "shared": shared, "plans": plans, "program": prepared.program, "timings": prepared.timings,
                 "reference_latency": prepared.session.reference_latency, "data": prepared.session.data}
         return meta, (_blob(staging) if ship else None)
