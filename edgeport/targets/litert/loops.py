@@ -21,9 +21,16 @@ MIN_STEPS = 3   # a weight read twice is a shared layer more often than a loop (
 def unrolled_loops(path: Path) -> list[dict]:
     """One record per constant weight read by ``MIN_STEPS`` or more ops of the same kind in subgraph 0:
     ``{"module", "op", "weight", "steps", "ops_per_step", "ops", "model_ops"}``; biggest loop first."""
+    import mmap
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        return _loops_of(mapped)   # the mapped file, not a copy: a 2 GB model's weights are never read here
+
+
+def _loops_of(buffer) -> list[dict]:
     from ai_edge_litert import schema_py_generated as schema
 
-    model = schema.Model.GetRootAs(bytearray(Path(path).read_bytes()), 0)
+    model = schema.Model.GetRootAs(buffer, 0)
     if model.SubgraphsLength() == 0:
         return []
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
