@@ -230,3 +230,83 @@ def test_cache_write_and_grouped_heads_are_rewritten_exactly():
     for name in ("cache_k", "cache_v", "cache_len"):
         assert torch.equal(expected[name], got[name]), name
     assert torch.allclose(expected["out"], got["out"], atol=1e-6)
+
+
+# ---- attention written for XNNPACK: keys as stored, one shared additive mask, live slots only -------------
+
+def _rep(t):
+    return t[:, :, None].expand(1, 2, 2, t.shape[2], t.shape[3]).reshape(1, 4, t.shape[2], t.shape[3])
+
+
+class TwoLayerDecode(nn.Module):
+    """Two layers' attention over their caches (2 kv heads, 4 query heads) reading ONE bool mask input."""
+
+    def forward(self, q, k0, v0, k1, v1, mask):
+        a = nn.functional.scaled_dot_product_attention(q, _rep(k0), _rep(v0), mask, scale=0.25)
+        return nn.functional.scaled_dot_product_attention(a, _rep(k1), _rep(v1), mask, scale=0.25)
+
+
+class CausalPrefill(nn.Module):
+    """A prefill from an empty cache: T=3 new keys written at slots 0..2 of 12, and the causal mask built
+    from constants (row i attends slots 0..i), as transformers' prefill export computes it."""
+
+    def forward(self, q, k, v):
+        cache_k = torch.zeros(1, 2, 12, 16).index_copy(2, torch.arange(3), k)
+        cache_v = torch.zeros(1, 2, 12, 16).index_copy(2, torch.arange(3), v)
+        mask = (torch.arange(12).view(1, 1, 1, 12) <= torch.arange(3).view(1, 1, 3, 1)).expand(1, 1, 3, 12)
+        return nn.functional.scaled_dot_product_attention(q, _rep(cache_k), _rep(cache_v), mask, scale=0.25)
+
+
+def _decode_feeds():
+    torch.manual_seed(0)
+    caches = [torch.randn(1, 2, 12, 16) for _ in range(4)]
+    return (torch.randn(1, 4, 1, 16), *caches, torch.arange(12).view(1, 1, 1, 12) <= 6)
+
+
+def test_attention_shares_one_additive_mask_and_keeps_every_slot_of_an_input_mask():
+    from edgeport.targets.rewrites.grouped_attention import grouped_query_attention
+
+    args = _decode_feeds()
+    program = torch.export.export(TwoLayerDecode(), args, strict=False)
+    gm = program.module()
+    sdpa = [n for n in gm.graph.nodes if "scaled_dot_product" in str(n.target)]
+    assert [grouped_query_attention(gm, n) for n in sdpa] == [True, True]
+    assert [n.kwargs["keep"] for n in sdpa] == [None, None]          # a mask fed as an input: every slot
+    assert sdpa[0].args[3] is sdpa[1].args[3] and "additive_mask" in str(sdpa[0].args[3].target)
+    result = R.apply_rewrites(program, args, ["grouped_query_attention"])
+    assert result.applied == ["grouped_query_attention"]
+    assert torch.allclose(result.program.module()(*args), TwoLayerDecode()(*args), atol=1e-6)
+
+
+def test_prefill_from_an_empty_cache_attends_only_the_prompt_slots():
+    from edgeport.targets.rewrites.grouped_attention import grouped_query_attention
+
+    torch.manual_seed(0)
+    args = (torch.randn(1, 4, 3, 16), torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16))
+    program = torch.export.export(CausalPrefill(), args, strict=False)
+    gm = program.module()
+    sdpa = next(n for n in gm.graph.nodes if "scaled_dot_product" in str(n.target))
+    assert grouped_query_attention(gm, sdpa) and sdpa.kwargs["keep"] == 3   # slots 3..11 are masked for every row
+    result = R.apply_rewrites(program, args, ["grouped_query_attention"])
+    assert torch.allclose(result.program.module()(*args), CausalPrefill()(*args), atol=1e-6)
+
+
+def test_litert_attention_has_no_key_transpose_and_one_select_for_all_layers(tmp_path):
+    """The op-count promise the decode speed rests on (bench/GENERATION.md): the scores read the keys as the
+    cache stores them (no TRANSPOSE), the bool mask is turned into an additive mask once (one SELECT_V2,
+    which XNNPACK does not take, instead of one per layer), and the .tflite equals eager."""
+    from edgeport.targets.litert.target import op_counts
+
+    args = _decode_feeds()
+    program = torch.export.export(TwoLayerDecode(), args, strict=False)
+    rewritten = R.apply_rewrites(program, args, ["grouped_query_attention"]).program
+    path = to_tflite(rewritten.module(), args, tmp_path / "attention.tflite")
+    ops = op_counts(path)
+    assert ops.get("SELECT_V2") == 1 and "TRANSPOSE" not in ops and ops.get("BATCH_MATMUL") == 4, ops
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    runner = interpreter.get_signature_runner()
+    names = list(interpreter.get_signature_list()["serving_default"]["inputs"])
+    got = next(iter(runner(**{n: a.numpy() for n, a in zip(names, args)}).values()))
+    assert np.allclose(got, TwoLayerDecode()(*args).numpy(), atol=1e-5)

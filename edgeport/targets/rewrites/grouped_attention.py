@@ -10,8 +10,19 @@ matmul per kv head against the cache as it is, the mask broadcast over the group
 against the values. With one kv head (multi-query attention) there is no broadcast left for the converter
 to fold into the key transpose (see :mod:`.attention`), so this is also exact there.
 
-Masked scores take the dtype's lowest value rather than ``-inf`` (a row with every slot masked gives a
-uniform row instead of NaN; no row the generation loop feeds is fully masked).
+How the attention is written for LiteRT's CPU path (XNNPACK), each measured on bench/generation.py's
+model (bench/GENERATION.md, "Attention written for XNNPACK"):
+
+- The scores are litert-torch's ``bmm_4d`` (``BATCH_MATMUL`` with ``adj_y``: the keys as the cache stores
+  them, ``(S, D)``); ``q @ k.transpose`` became a ``TRANSPOSE`` of each layer's whole key cache per step.
+- A bool mask becomes ONE additive float mask (0 / the dtype's lowest value) shared by every layer that
+  reads it, added to the scores; ``where(mask, scores, min)`` per layer lowered to ``SELECT_V2``, which
+  XNNPACK does not take: each layer's select ran in the reference kernel and split the delegated graph
+  in two. Masked scores take the dtype's lowest value rather than ``-inf`` (a row with every slot masked
+  gives a uniform row instead of NaN; no row the generation loop feeds is fully masked).
+- A constant mask (a prefill from an empty cache: row i attends slots 0..i) that masks every slot past n
+  for every row lets attention read only the first n slots (:func:`.masks.live_slots`): prefill attends
+  T slots instead of the whole cache. A mask fed as an input (decode) keeps every slot.
 """
 
 from __future__ import annotations
@@ -52,7 +63,9 @@ def _plain(node) -> bool:
 
 @node_rewrite("grouped_query_attention", ops=(SDPA,),
               fixes="grouped/multi-query attention repeats the whole KV cache per query head every step")
-def grouped_query_attention(_gm, node) -> bool:
+def grouped_query_attention(gm, node) -> bool:
+    from edgeport.targets.rewrites.masks import live_slots, shared_additive
+
     if not _plain(node):
         return False
     query, key, value = node.args[:3]
@@ -67,36 +80,45 @@ def grouped_query_attention(_gm, node) -> bool:
         if found_k is None or found_v is None or found_k[1] != found_v[1] or found_k[1] == 1:
             return False
         key, value = found_k[0], found_v[0]
+    keep = None
+    if mask is not None:
+        keep = live_slots(gm, mask, key.meta["val"].shape[2])
+        mask = shared_additive(gm, mask, query.meta["val"].dtype)
     node.target = grouped_sdpa
     node.args = (query, key, value, mask)
-    node.kwargs = {"scale": node.kwargs.get("scale")}
+    node.kwargs = {"scale": node.kwargs.get("scale"), "keep": keep}
     return True
 
 
-def grouped_sdpa(query, key, value, mask=None, *, scale=None):
-    """softmax(q k^T * scale + mask) v with q's heads grouped onto k/v's heads (see the module docstring)."""
+def grouped_sdpa(query, key, value, mask=None, *, scale=None, keep=None):
+    """softmax(q k^T * scale + mask) v with q's heads grouped onto k/v's heads, over the first ``keep``
+    slots when given (see the module docstring). ``mask`` is additive (float)."""
     import torch
+    from litert_torch.generative.custom_ops.bmm_4d import bmm_4d
 
     b, heads, t, d = query.shape
-    kv, s = key.shape[1], key.shape[2]
+    if keep is not None:
+        key, value = key[:, :, :keep], value[:, :, :keep]
+        mask = None if mask is None else mask[..., :keep]
+    kv = key.shape[1]
     g = heads // kv
     scale = d ** -0.5 if scale is None else scale
-    scores = torch.matmul(query.reshape(b, kv, g * t, d), key.transpose(-1, -2)) * scale
-    scores = scores.reshape(b, kv, g, t, s)
+    scores = bmm_4d(query.reshape(b, kv, g * t, d), key) * scale
     if mask is not None:
-        mask = _grouped_mask(mask, kv, g)
-        if mask.dtype == torch.bool:
-            scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + mask
-    weights = torch.softmax(scores, dim=-1).reshape(b, kv, g * t, s)
+        scores = scores + _flat_mask(mask, kv, g, t)
+    weights = torch.softmax(scores, dim=-1)
     return torch.matmul(weights, value).reshape(b, heads, t, value.shape[-1])
 
 
-def _grouped_mask(mask, kv: int, g: int):
-    """A mask broadcastable to ``(B, H, T, S)`` as one broadcastable to ``(B, KV, G, T, S)``."""
+def _flat_mask(mask, kv: int, g: int, t: int):
+    """A mask broadcastable to ``(B, H, T, S)`` as one broadcastable to ``(B, KV, G*T, S)``: rows in the
+    grouped query's order (group-major), so a shared mask is repeated G times along the rows (4-D, no
+    rank-5 broadcast)."""
+    import torch
+
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
+    mask = mask.expand(mask.shape[0], mask.shape[1], t, mask.shape[3])
     if mask.shape[1] == 1:
-        return mask.unsqueeze(2)
-    return mask.reshape(mask.shape[0], kv, g, mask.shape[2], mask.shape[3])
+        return torch.cat([mask] * g, dim=2) if g > 1 else mask
+    return mask.reshape(mask.shape[0], kv, g * t, mask.shape[3])
