@@ -2,6 +2,7 @@
 memory-bandwidth bound, all measured in one run.
 
     python bench/generation.py [--layers 6 --hidden 384 --vocab 8192 --cache-len 256 --prefill-len 32 --prefill-len 128]
+                               [--peaky] [--targets litert,onnx,export_hf] [--threads 1]
 
 A random-init Llama (untied head; small but not tiny: ~15M parameters by default) is saved, exported once
 with edgeport's generative path, converted fp32 for every target, and checked token-exact on one prompt.
@@ -11,9 +12,12 @@ StaticCache, as generate calls it) and for each artifact in its runtime, plus li
 ``export_hf`` path on the same model (``litert export_hf``; bench/export_hf_row.py) when the litert-lm extra
 is installed: the anchor edgeport's own LiteRT lowering is compared with. Each artifact is built as a pipeline
 row builds it (the target's rewrites, then its converter); LiteRT's dynamic-int8 and int4-block32 variants
-get rows too (size, speed, token agreement with ``generate``).
+get rows too (size, speed, token agreement with ``generate``). ``--peaky`` gives the model decisive logits
+(tests/tiny_lm.py ``peaky``): on the random-init model the top logits are near-ties, so any quantizer flips
+the first token and its agreement says nothing about the quantizer.
 
-``decode CPU ms``: p50 of the decode call's process CPU time at 1 thread. On a shared, overloaded machine
+``decode CPU ms`` / ``prefill L CPU ms`` (the longest prefill length): p50 of the call's process CPU time
+at 1 thread. On a shared, overloaded machine
 wall-clock p50s swing with whatever else runs; the CPU time a step costs does not, so same-run ratios of
 that column are the steadier comparison.
 
@@ -61,7 +65,12 @@ def build_model(args, where: Path):
                            num_hidden_layers=args.layers, num_attention_heads=args.hidden // 64,
                            num_key_value_heads=max(1, args.hidden // 128), max_position_embeddings=args.cache_len,
                            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    T.LlamaForCausalLM(config).eval().save_pretrained(where)
+    model = T.LlamaForCausalLM(config).eval()
+    if getattr(args, "peaky", False):
+        from tiny_lm import peaky
+
+        peaky(model)
+    model.save_pretrained(where)
     word_tokenizer(args.vocab).save_pretrained(where)  # export_hf loads the model's tokenizer
     return config
 
@@ -80,9 +89,10 @@ def word_tokenizer(vocab: int):
 QUANTIZED = {"litert": ("dynamic-int8", "int4-block32")}  # item 5 of issue 18: sizes, speed, token agreement
 
 
-def convert_all(exported, out: Path, facts: dict) -> dict:
+def convert_all(exported, out: Path, facts: dict, only=None) -> dict:
     """Each target's fp32 artifact built the way a pipeline row builds it (the target's rewrites on every
-    signature's program, then its converter), plus the quantized variants in QUANTIZED."""
+    signature's program, then its converter), plus the quantized variants in QUANTIZED (``only``: these
+    target names)."""
     from edgeport.pipeline.tasks.text_generation.rows import rewritten_programs
     from edgeport.targets.base import GenerativeJob
     from edgeport.targets.registry import all_targets
@@ -90,7 +100,7 @@ def convert_all(exported, out: Path, facts: dict) -> dict:
     artifacts = {}
     for target in all_targets():
         support = target.generation()
-        if support is None or target.missing_requirements():
+        if support is None or target.missing_requirements() or (only and target.name not in only):
             continue
         (out / target.name).mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
@@ -141,13 +151,18 @@ def main() -> None:
     parser.add_argument("--cache-len", type=int, default=256)
     parser.add_argument("--prefill-len", type=int, action="append")
     parser.add_argument("--gen-tokens", type=int, default=16, help="greedy tokens checked against generate")
+    parser.add_argument("--peaky", action="store_true",
+                        help="decisive logits (lm_head = a scaled, permuted copy of the embedding, tests/tiny_lm.py "
+                             "peaky): token agreement then measures the quantizer, not random near-ties")
+    parser.add_argument("--targets", help="comma-separated target names (and export_hf) to run; default all")
+    parser.add_argument("--threads", type=int, action="append", help="thread counts to time (default 1 and all cores)")
     args = parser.parse_args()
     lens = tuple(sorted(args.prefill_len or [32, 128]))
     from edgeport.core.proc import redirected
 
     with tempfile.TemporaryDirectory() as tmp, redirected(Path(tmp) / "noise.log"):
         rows, facts = run(args, lens, Path(tmp))
-    print_table(rows, facts)
+    print_table(rows, facts, args.peaky)
 
 
 def run(args, lens, tmp: Path):
@@ -167,14 +182,17 @@ def run(args, lens, tmp: Path):
              "params": sum(p.numel() for p in exported.model.parameters()),
              "bytes_per_token": bytes_per_token(exported.model, exported.layout), "convert_s": {}, "exact": {},
              "rewrites": {}}
-    artifacts = convert_all(exported, tmp / "out", facts)
-    export_hf = export_hf_artifact(tmp, lens, args.cache_len, facts)
+    only = set(args.targets.split(",")) if args.targets else None
+    artifacts = convert_all(exported, tmp / "out", facts, only)
+    export_hf = export_hf_artifact(tmp, lens, args.cache_len, facts) if not only or "export_hf" in only else None
     prompt = [int(t) for t in torch.randint(3, args.vocab, (lens[-1],), generator=torch.Generator().manual_seed(1))]
     reference = generate_reference(exported.model, [prompt[: lens[0] - 3]], args.gen_tokens, args.cache_len)[0]
     rows = []
-    for threads in dict.fromkeys([1, os.cpu_count() or 1]):
+    for threads in dict.fromkeys(args.threads or [1, os.cpu_count() or 1]):
         block = eager_latency(exported.model, exported.layout, threads)
-        block["cpu_decode_ms"] = eager_cpu_ms(exported.model, exported.layout) if threads == 1 else None
+        if threads == 1:
+            block["cpu_decode_ms"] = eager_cpu_ms(exported.model, exported.layout, "decode", lens[0])
+            block["cpu_prefill_ms"] = eager_cpu_ms(exported.model, exported.layout, "prefill", lens[-1], PREFILL_RUNS)
         rows.append(("PyTorch eager", threads, block))
         for name, (support, path, seconds) in artifacts.items():
             runner = support.load(path, threads)
@@ -182,8 +200,11 @@ def run(args, lens, tmp: Path):
             tokens = greedy(runner, exported.layout, prompt[: lens[0] - 3], args.gen_tokens).tokens
             facts["exact"][name] = agreement(tokens, reference.tokens)
             block, _ = artifact_latency(runner, exported.layout, prompt)
-            feeds = timing_feeds(runner, exported.layout, prompt)["decode"]
-            block["cpu_decode_ms"] = cpu_ms(lambda: runner.run("decode", feeds)) if threads == 1 else None
+            feeds = timing_feeds(runner, exported.layout, prompt)
+            if threads == 1:
+                block["cpu_decode_ms"] = cpu_ms(lambda: runner.run("decode", feeds["decode"]))
+                longest = f"prefill_{lens[-1]}"
+                block["cpu_prefill_ms"] = cpu_ms(lambda: runner.run(longest, feeds[longest]), PREFILL_RUNS)
             rows.append((name, threads, {**block, "size_mb": size_mb(path)}))
         if export_hf is not None:
             from export_hf_row import ExportHfRunner
@@ -191,14 +212,21 @@ def run(args, lens, tmp: Path):
             runner = ExportHfRunner(export_hf, threads)
             facts["exact"]["export_hf"] = agreement(runner.greedy(prompt[: lens[0] - 3], args.gen_tokens), reference.tokens)
             feeds = runner.decode_feeds(prompt[0], lens[-1], runner.fresh())
-            block = {**runner.latency(prompt), "size_mb": size_mb(export_hf),
-                     "cpu_decode_ms": cpu_ms(lambda: runner.run("decode", feeds)) if threads == 1 else None}
+            block = {**runner.latency(prompt), "size_mb": size_mb(export_hf)}
+            if threads == 1:
+                longest = runner.prefill_feeds(prompt[:lens[-1]], runner.fresh())
+                block["cpu_decode_ms"] = cpu_ms(lambda: runner.run("decode", feeds))
+                block["cpu_prefill_ms"] = cpu_ms(lambda: runner.run(*longest), PREFILL_RUNS)
             rows.append(("litert export_hf", threads, block))
     return rows, facts
 
 
-def eager_cpu_ms(model, layout, runs: int = 30) -> float:
-    """CPU-time p50 of eager's decode call, each run on a fresh copy of the captured call (made untimed)."""
+PREFILL_RUNS = 12  # a prefill call costs ~5x a decode step
+
+
+def eager_cpu_ms(model, layout, signature: str, length: int, runs: int = 30) -> float:
+    """CPU-time p50 of eager's ``signature`` call ("prefill" of ``length`` tokens, or "decode"), each run on
+    a fresh copy of the captured call (made untimed)."""
     import copy
 
     import torch
@@ -206,7 +234,7 @@ def eager_cpu_ms(model, layout, runs: int = 30) -> float:
     from edgeport.pipeline.tasks.text_generation.export import capture
 
     torch.set_num_threads(1)
-    module, kwargs = capture(model, layout.prefill_lens[0], layout.cache_len)["decode"]
+    module, kwargs = capture(model, length, layout.cache_len)[signature]
     calls = [copy.deepcopy(kwargs) for _ in range(runs + 2)]
     with torch.no_grad():
         return cpu_ms(lambda: module(**calls.pop()), runs)
@@ -229,9 +257,9 @@ def export_hf_artifact(tmp: Path, lens, cache_len: int, facts: dict) -> Path | N
     return path
 
 
-def print_table(rows, facts) -> None:
+def print_table(rows, facts, peaky: bool = False) -> None:
     bound = facts["bandwidth"] / facts["bytes_per_token"]
-    print(f"model: Llama, {facts['params'] / 1e6:.1f}M params; decode reads {facts['bytes_per_token'] / 2**20:.1f} MiB/token "
+    print(f"model: {'peaky ' if peaky else ''}Llama, {facts['params'] / 1e6:.1f}M params; decode reads {facts['bytes_per_token'] / 2**20:.1f} MiB/token "
           f"(weights + KV cache); measured copy bandwidth {facts['bandwidth'] / 1e9:.1f} GB/s -> bound {bound:.0f} tokens/s")
     print(f"export {facts['export_s']:.1f} s; convert s: " + ", ".join(f"{k} {v:.1f}" for k, v in facts["convert_s"].items())
           + "; token agreement vs generate: " + ", ".join(f"{k} {v:.2f}" for k, v in facts["exact"].items())
@@ -241,18 +269,19 @@ def print_table(rows, facts) -> None:
     lens = list(rows[0][2]["prefill_ms"])
     print(f"| runtime | threads | size MiB | " + " | ".join(f"prefill {n} ms" for n in lens)
           + " | decode ms/token | tokens/s | vs eager decode | vs eager prefill " + lens[-1]
-          + " | % of bandwidth bound | decode CPU ms | vs eager CPU |")
-    print("|" + "---|" * (len(lens) + 10))
+          + f" | % of bandwidth bound | decode CPU ms | vs eager CPU | prefill {lens[-1]} CPU ms | vs eager CPU |")
+    print("|" + "---|" * (len(lens) + 12))
     for name, threads, block in rows:
         base = eager[threads]
-        cpu = block.get("cpu_decode_ms")
+        cpu, pre = block.get("cpu_decode_ms"), block.get("cpu_prefill_ms")
         print(f"| {name} | {threads} | " + (f"{block['size_mb']:.1f}" if "size_mb" in block else "-") + " | "
               + " | ".join(f"{block['prefill_ms'][n]:.2f}" for n in lens)
               + f" | {block['decode_ms_per_token']:.3f} | {block['tokens_per_s']:.0f}"
               + f" | {base['decode_ms_per_token'] / block['decode_ms_per_token']:.2f}x"
               + f" | {base['prefill_ms'][lens[-1]] / block['prefill_ms'][lens[-1]]:.2f}x"
               + f" | {100 * block['tokens_per_s'] / bound:.0f}%"
-              + (f" | {cpu:.2f} | {base['cpu_decode_ms'] / cpu:.2f}x |" if cpu else " | - | - |"))
+              + (f" | {cpu:.2f} | {base['cpu_decode_ms'] / cpu:.2f}x" if cpu else " | - | -")
+              + (f" | {pre:.2f} | {base['cpu_prefill_ms'] / pre:.2f}x |" if pre else " | - | - |"))
 
 
 if __name__ == "__main__":

@@ -99,8 +99,9 @@ def test_signatures_and_manifest(llama):
 
 def test_litert_writes_the_cache_in_place_and_never_repeats_kv_heads(llama):
     """The speed of LiteRT decode (bench/generation.py): the cache write is a DYNAMIC_UPDATE_SLICE (not a
-    STABLEHLO_SCATTER, which XNNPACK does not take) and the two kv heads are attended by their query heads
-    in groups (no copy of the cache per query head), while the row stays token-exact (test above)."""
+    STABLEHLO_SCATTER, which XNNPACK does not take), the two kv heads are attended by their query heads
+    in groups (no copy of the cache per query head) and the layers share one additive mask (SELECT_V2,
+    also outside XNNPACK, once), while the row stays token-exact (test above)."""
     from edgeport.targets.litert.target import op_counts
 
     _, out, report = llama
@@ -109,6 +110,7 @@ def test_litert_writes_the_cache_in_place_and_never_repeats_kv_heads(llama):
     ops = op_counts(out / row["artifact"])
     assert ops.get("DYNAMIC_UPDATE_SLICE") == 3 * 2 * 2 and "STABLEHLO_SCATTER" not in ops  # signatures x layers x k/v
     assert "BROADCAST_TO" not in ops
+    assert ops.get("SELECT_V2", 0) <= 3  # the bool mask made additive once per signature, not once per layer
 
 
 def test_exported_programs_are_token_exact_with_generate(llama):
