@@ -67,12 +67,28 @@ def build_model(args, where: Path):
                            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model = T.LlamaForCausalLM(config).eval()
     if getattr(args, "peaky", False):
-        from tiny_lm import peaky
-
-        peaky(model)
+        decisive(model)
     model.save_pretrained(where)
     word_tokenizer(args.vocab).save_pretrained(where)  # export_hf loads the model's tokenizer
     return config
+
+
+EMBED_SCALE = 10.0
+
+
+def decisive(model) -> None:
+    """Decisive greedy choices: the embedding scaled by EMBED_SCALE, so the residual stream is the fed
+    token's embedding plus what the (unchanged, normalized-input) layers add, and lm_head = tests/tiny_lm.py
+    ``peaky`` (a scaled, permuted copy of the embedding): the next token is a fixed permutation of the
+    current one by a wide margin. Without the scaling, this model's layers outweigh the embedding and the
+    top-2 logits stay ~4% of the logits' spread apart, which int4-block32 flips at the first token."""
+    import torch
+
+    from tiny_lm import peaky
+
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(EMBED_SCALE)
+    peaky(model)
 
 
 def word_tokenizer(vocab: int):
