@@ -234,13 +234,17 @@ def main() -> None:
     r.add_argument("--threads", default="2")
     r.add_argument("--timeout", type=int, default=3600)
     r.add_argument("--drop-artifacts", action="store_true", help="delete files over 64 MiB once measured")
-    r.add_argument("extra", nargs="*", help="more edgeport convert options after --")
+    # "more edgeport convert options after --" are split off before parsing: argparse gives a trailing
+    # nargs="*" positional the empty list beside MODEL, then refuses the options after "--"
     e = sub.add_parser("estimate")
     e.add_argument("model", type=Path, help="a model directory, or a config name: " + ", ".join(CONFIGS))
     e.add_argument("--cache-len", type=int, action="append")
     t = sub.add_parser("table")
     t.add_argument("outs", nargs="+", type=Path)
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.extra = argv[cut + 1:]
     if args.cmd == "build":
         build(args.name, args.where)
     elif args.cmd == "run":
