@@ -127,7 +127,7 @@ def run(args) -> None:
 
 
 class TreeMemory(threading.Thread):
-    """Peak memory of the whole process tree, sampled every 0.25 s. ``/usr/bin/time -v`` can not give it:
+    """Peak memory of the whole process tree, sampled every 0.5 s. ``/usr/bin/time -v`` can not give it:
     edgeport converts and judges each row in a worker forked from a fork server, which outlives the main
     process (its workers' peaks never reach time's wait4), and the judge resets the kernel's high-water
     mark per artifact (``clear_refs``). Pss (proportional set size) is summed, so pages the fork server's
@@ -139,7 +139,7 @@ class TreeMemory(threading.Thread):
         self.root, self.stop, self.peak_pss, self.peak_rss = root, threading.Event(), 0, 0
 
     def run(self) -> None:
-        while not self.stop.wait(0.25):
+        while not self.stop.wait(0.5):
             pss = rss = 0
             for pid in descendants(self.root):
                 fields = proc_fields(f"/proc/{pid}/smaps_rollup", "Pss:", "Rss:")
