@@ -122,7 +122,7 @@ def run(args) -> None:
     if args.drop_artifacts:  # this machine's disk: the sizes are recorded, the multi-GB files go
         for big in [f for f in out.rglob("*") if f.is_file() and f.stat().st_size > 2**26]:
             big.unlink()
-    print(proc.stdout[-4000:])
+    print(stdout[-4000:])
     print(f"exit {proc.returncode}, {seconds:.0f} s, peak RSS {facts['peak_rss_bytes']}")
 
 
