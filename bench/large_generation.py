@@ -218,9 +218,9 @@ def weight_bytes(model_dir: Path) -> int:
 
 
 def table(outs: list[Path]) -> None:
-    print("| model | target | variant | convert s | peak RSS / fp32 weights (whole run) | artifact MB | token-exact "
-          "| token agreement | decode tok/s | bound tok/s | % of bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | target | variant | convert s | peak memory / fp32 weights (whole run) | judging this row / fp32 "
+          "| artifact MB | token-exact | token agreement | decode tok/s | bound tok/s | % of bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for out in outs:
         for line in rows(out):
             print("| " + " | ".join(line) + " |")
@@ -244,6 +244,7 @@ def rows(out: Path) -> list[list[str]]:
         agreement = gen.get("token_agreement")
         lines.append([model_dir.name, row["target"], row["variant"], f"{row.get('convert_seconds') or 0:.0f}",
                       f"{facts['peak_rss_bytes'] / fp32:.2f}x" if facts["peak_rss_bytes"] else "–",
+                      f"{gen['peak_rss_bytes'] / fp32:.2f}x" if gen.get("peak_rss_bytes") else "–",
                       f"{files / 1e6:.0f}", "yes" if agreement == 1.0 else "NO" if agreement is not None else "–",
                       f"{agreement}", f"{tps:.2f}" if tps else "–", f"{bound:.2f}",
                       f"{100 * tps / bound:.0f}%" if tps else "–"])
