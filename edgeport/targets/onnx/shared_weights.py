@@ -3,9 +3,9 @@
 Why: each graph is exported on its own and carries every weight, so a 1B model in fp32 with one prefill
 length took 2 x 4.9 GB on disk (and one more copy per extra ``--prefill-len``), and past 2 GB each graph
 needs external data anyway (protobuf's limit). Here every initializer of every graph is moved into ONE
-``weights.data`` beside the graphs, each distinct tensor (same name, same bytes) written once; the graphs
-keep only offsets into it (ONNX external data: ``location``, ``offset``, ``length``), which onnxruntime
-and ``onnx.load`` resolve relative to the graph's own directory. Small tensors (under ``MIN_BYTES``: shapes,
+``weights.data`` beside the graphs, each distinct content (same bytes, whatever the tensor's name) written
+once; the graphs keep only offsets into it (ONNX external data: ``location``, ``offset``, ``length``),
+which onnxruntime and ``onnx.load`` resolve relative to the graph's own directory. Small tensors (under ``MIN_BYTES``: shapes,
 scalars) stay inline, where onnxruntime's constant folding expects them.
 """
 
@@ -26,7 +26,7 @@ def share_weights(graphs: list[Path]) -> dict:
 
     folder = graphs[0].parent
     target = folder / WEIGHTS_FILE
-    written: dict[tuple[str, str], tuple[int, int]] = {}
+    written: dict[str, tuple[int, int]] = {}
     saved = 0
     old_data = set()
     with open(target, "wb") as sink:
@@ -51,7 +51,9 @@ def _externalize(tensor, sink, written: dict) -> int:
     data = tensor.raw_data
     if tensor.data_location == TensorProto.EXTERNAL or len(data) < MIN_BYTES:
         return 0  # not loaded (no raw bytes) or small: stays as it is
-    key = (tensor.name, hashlib.sha256(data).hexdigest())
+    # by content, not name: torch.onnx names the weights it folds (a transposed Linear weight) val_<n>, a
+    # different n in each graph, so a key with the name stored Qwen3-0.6B's layers twice (4.19 GB, not 2.4)
+    key = hashlib.sha256(data).hexdigest()
     repeat = key in written
     if not repeat:
         pad = -sink.tell() % ALIGN
