@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, read_report, run_cli, write_model_file
+from conftest import REPO, convert_in_process, read_report, run_cli, write_model_file
 
 MODELS = REPO / "tests" / "models.py"
 NEEDS_TPU = "needs a real TPU"
@@ -268,9 +268,9 @@ def test_mutated_buffers_do_not_become_outputs():
 @pytest.fixture(scope="module")
 def two_io_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tpu") / "out"
-    result = run_cli("convert", f"{MODELS}:two_io", "-t", "tpu", "--tpu-topology", "v5e:1x1", "--out", out,
-                     "--no-latency", "--samples", "2")
-    assert result.returncode == 0, result.stderr
+    result = convert_in_process(f"{MODELS}:two_io", out, ["tpu"], latency=False, samples=2,
+                                target_options={"tpu_topology": ["v5e:1x1"]})
+    assert result.exit_code == 0, result.report["targets"][0].get("error")
     return out
 
 
