@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tiny_lm
-from conftest import convert_in_process, read_report, run_cli
+from conftest import read_report, run_cli
 
 TARGETS = ("litert", "onnx", "tpu")
 WINDOW, CACHE, NEW, PROMPTS = 8, 32, 20, 4
@@ -65,9 +65,8 @@ def gemma3(tmp_path_factory):
     root = tmp_path_factory.mktemp("sliding")
     model_dir = tiny_lm.save(build("gemma3", kv_heads=1), root / "gemma3")
     out = root / "dist"
-    result = convert_in_process(f"hf:{model_dir}", out, TARGETS, prefill_lens=[12], cache_len=CACHE, gen_tokens=NEW,
-                                samples=PROMPTS, latency=False, target_options={"tpu_topology": ["v5e:1x1"]})
-    assert result.exit_code == 0, [(r["target"], r.get("error")) for r in result.report["targets"]]
+    result = convert(model_dir, out)  # a subprocess: an in-process TPU text-generation run left torchax state that broke torch.export of torch.cond later in the worker
+    assert result.returncode == 0, result.stdout + result.stderr
     return model_dir, out, read_report(out)
 
 
