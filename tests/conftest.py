@@ -37,6 +37,27 @@ def run_cli(*args, cwd: Path | None = None, timeout: int = 600, env: dict | None
                           capture_output=True, text=True, timeout=timeout)
 
 
+def convert_in_process(model: str, out: Path, targets, cache: Path | None = None, **options):
+    """``edgeport convert`` through the library API in this process (rows in-process too, as the CLI runs them
+    on two cores), for fixtures and tests that judge what a conversion wrote (report, manifest, files, cache)
+    rather than the command around it: a subprocess spends seconds importing torch and the converters
+    again before any work (exit codes, stderr and terminal output are tested through ``run_cli``).
+    ``cache``: the conversion cache to use instead of the test's own."""
+    from edgeport import api
+
+    saved = os.environ.get("EDGEPORT_CACHE")
+    if cache is not None:
+        os.environ["EDGEPORT_CACHE"] = str(cache)
+    try:
+        opts = api.convert_options(model=str(model), out=Path(out), targets=list(targets), **{"jobs": 1, **options})
+        return api.convert(opts)
+    finally:
+        if saved is None:
+            os.environ.pop("EDGEPORT_CACHE", None)
+        else:
+            os.environ["EDGEPORT_CACHE"] = saved
+
+
 def validate_report(report: dict) -> None:
     import jsonschema
 
@@ -117,17 +138,15 @@ def shared_output(tmp_path_factory, name: str, build) -> Path:
 def llama_generation(tmp_path_factory):
     """A tiny Llama (tokenizer included) converted with --task text-generation for EVERY generative target, with
     latency: (model dir, DIR). test_generative judges it and the Android contract replays its LiteRT artifact,
-    so it converts once per session (its own empty conversion cache)."""
+    so it converts once per session (its own empty conversion cache), in process."""
     import tiny_lm
     from edgeport.targets import registry
 
     def build(root: Path) -> None:
         model_dir = tiny_lm.save(tiny_lm.build("llama"), root / "llama", tokenizer=True)
-        targets = [a for t in registry.all_targets() if t.generative for a in ("-t", t.name)]
-        env = {**os.environ, "EDGEPORT_CACHE": str(root / "cache")}
-        result = run_cli("convert", f"hf:{model_dir}", *targets, *tiny_lm.GEN_ARGS, "--out", root / "dist",
-                         timeout=1800, env=env)
-        assert result.returncode == 0, result.stdout + result.stderr
+        targets = [t.name for t in registry.all_targets() if t.generative]
+        result = convert_in_process(f"hf:{model_dir}", root / "dist", targets, cache=root / "cache", **tiny_lm.GEN_OPTIONS)
+        assert result.exit_code == 0, [(r["target"], r.get("error")) for r in result.report["targets"]]
 
     root = shared_output(tmp_path_factory, "llama-generation", build)
     return root / "llama", root / "dist"

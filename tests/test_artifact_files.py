@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, read_manifest, read_report, run_cli
+from conftest import REPO, convert_in_process, read_manifest, read_report, run_cli
 
 MODELS = REPO / "tests" / "models.py"
 
@@ -30,9 +30,9 @@ def external(tmp_path_factory):
     """ONNX with its weights in model.onnx.data (the documented --onnx-external-data, what torch.onnx does by
     itself above 1.5 GB) and TPU, in one output directory."""
     out = tmp_path_factory.mktemp("files") / "out"
-    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "-t", "tpu", "--onnx-external-data",
-                     "--tpu-topology", "v5e:1x1", "--out", out, "--samples", "2", "--no-latency")
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = convert_in_process(f"{MODELS}:mlp", out, ["onnx", "tpu"], samples=2, latency=False,
+                                target_options={"onnx_external_data": True, "tpu_topology": ["v5e:1x1"]})
+    assert result.exit_code == 0, [(r["target"], r.get("error")) for r in result.report["targets"]]
     return out
 
 

@@ -138,21 +138,29 @@ def _rows(out):
     return {(r["target"], r["variant"]): r for r in read_report(out)["targets"]}
 
 
+def convert(out, model=f"{MODELS}:mlp", targets=("onnx",), **options) -> int:
+    """One conversion through the library API, in this process: what these tests judge is what the cache
+    did (report rows, files, entries), not the CLI around it (its exit codes are tested elsewhere; the
+    checks here that are about the CLI run it). A subprocess would spend most of its time importing."""
+    from edgeport import api
+
+    options = {"latency": False, "samples": 2, "jobs": 1, **options}
+    return api.convert(api.convert_options(model=str(model), out=out, targets=list(targets), **options)).exit_code
+
+
 def test_rerun_hits_then_any_change_that_matters_misses(tmp_path):
     model = write_model_file(tmp_path, "def build(scale=1.0):\n    torch.manual_seed(0)\n"
                              "    m = nn.Sequential(nn.Linear(6, 4), nn.Tanh())\n"
                              "    with torch.no_grad():\n        m[0].weight.mul_(SCALE)\n"
                              "    return m, (torch.randn(2, 6),)\nSCALE = 1.0\n")
-    first = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "a", *FAST)
-    second = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "b", *FAST)
-    assert first.returncode == 0 and second.returncode == 0, second.stdout + second.stderr
+    assert convert(tmp_path / "a", f"{model}:build") == 0 and convert(tmp_path / "b", f"{model}:build") == 0
     a, b = _rows(tmp_path / "a")[("onnx", "fp32")], _rows(tmp_path / "b")[("onnx", "fp32")]
     assert a["cache"] == "miss" and b["cache"] == "hit"
     assert a["sha256"] == b["sha256"] and (tmp_path / "b" / b["artifact"]).is_file()
     assert b["parity"]["samples"] == 2 and b["check_seconds"] > 0 and "verdict" not in b, "a hit is still judged"
-    options = run_cli("convert", f"{model}:build", "-t", "onnx", "--onnx-int8", "vnni", "--out", tmp_path / "c", *FAST)
-    assert _rows(tmp_path / "c")[("onnx", "fp32")]["cache"] == "miss", options.stdout
-    model.write_text(model.read_text().replace("SCALE = 1.0", "SCALE = 0.5"))
+    assert convert(tmp_path / "c", f"{model}:build", target_options={"onnx_int8": "vnni"}) == 0
+    assert _rows(tmp_path / "c")[("onnx", "fp32")]["cache"] == "miss"
+    model.write_text(model.read_text().replace("SCALE = 1.0", "SCALE = 0.5"))  # a new process reads the new file
     weights = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "d", *FAST)
     assert weights.returncode == 0 and _rows(tmp_path / "d")[("onnx", "fp32")]["cache"] == "miss"
 
@@ -171,13 +179,12 @@ def test_library_version_change_misses(tmp_path, monkeypatch):
 
 
 def test_corrupt_cached_artifact_is_a_miss_and_the_run_passes(tmp_path):
-    assert run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / "a", *FAST).returncode == 0
+    assert convert(tmp_path / "a") == 0
     cache = Cache()
     [entry] = [e for e in cache.entries() if e["kind"] == "row"]
     artifact = next(p for p in (entry["path"] / "files").rglob("*.onnx"))
     artifact.write_bytes(artifact.read_bytes()[:-10] + b"0123456789")
-    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / "b", *FAST)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert convert(tmp_path / "b") == 0
     row = _rows(tmp_path / "b")[("onnx", "fp32")]
     assert row["cache"] == "miss" and row["sha256"] == _rows(tmp_path / "a")[("onnx", "fp32")]["sha256"]
 
@@ -199,21 +206,22 @@ def test_two_concurrent_converts_share_the_cache(tmp_path):
 
 
 def test_reuse_verdict_and_no_cache(tmp_path):
-    run = lambda out, *flags: run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / out, *FAST, *flags)  # noqa: E731
-    assert run("a").returncode == 0
-    assert run("b", "--reuse-verdict").returncode == 0
+    assert convert(tmp_path / "a") == 0
+    assert convert(tmp_path / "b", reuse_verdict=True) == 0
     row = _rows(tmp_path / "b")[("onnx", "fp32")]
     assert row["cache"] == "hit" and row["verdict"] == "cached" and row["parity"]["passed"]
     assert any("--reuse-verdict" in n for n in row["notes"])
     assert (tmp_path / "b" / "onnx" / "parity_sample" / "index.json").is_file()
     # validate measures again: the row no longer says its verdict came from the cache
-    assert run_cli("validate", tmp_path / "b", *FAST).returncode == 0
+    from edgeport import api
+
+    assert api.validate(tmp_path / "b", api.JudgeOptions(samples=2, latency=False)).exit_code == 0
     row = _rows(tmp_path / "b")[("onnx", "fp32")]
     assert "verdict" not in row and not any("--reuse-verdict" in n for n in row["notes"]), row
     assert row["parity"]["passed"] and row["check_seconds"] > 0
-    assert run("c", "--no-cache").returncode == 0
+    assert convert(tmp_path / "c", cache=False) == 0
     assert _rows(tmp_path / "c")[("onnx", "fp32")]["cache"] == "off"
-    both = run("d", "--no-cache", "--reuse-verdict")
+    both = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / "d", *FAST, "--no-cache", "--reuse-verdict")
     assert both.returncode == 2 and "--reuse-verdict reads verdicts from the cache" in both.stderr, both.stderr
     assert not (tmp_path / "d").exists()
 
@@ -283,7 +291,7 @@ def test_tpu_compiles_are_cached_per_topology(tmp_path):
 
 
 def test_cache_info_and_clear(tmp_path):
-    assert run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", tmp_path / "a", *FAST).returncode == 0
+    assert convert(tmp_path / "a") == 0
     info = run_cli("cache", "info")
     assert info.returncode == 0 and os.environ["EDGEPORT_CACHE"] in info.stdout and "1 row" in info.stdout, info.stdout
     cleared = run_cli("cache", "clear")
@@ -319,27 +327,24 @@ def test_text_generation_rows_use_the_cache_and_reuse_verdicts(tmp_path):
     import tiny_lm
 
     model_dir = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
-    settings = {"--prefill-len": "4", "--cache-len": "16", "--gen-tokens": "4", "--samples": "2", "--seed": "0"}
+    settings = {"prefill_lens": [4], "cache_len": 16, "gen_tokens": 4, "samples": 2, "seed": 0}
 
-    def run(out, *flags, **changed):
-        args = [a for k, v in {**settings, **changed}.items() for a in (k, v)]
-        result = run_cli("convert", f"hf:{model_dir}", "-t", "onnx", "--no-latency", *args, *flags,
-                         "--out", tmp_path / out, timeout=900)
-        assert result.returncode == 0, result.stdout + result.stderr
+    def run(out, **changed):
+        assert convert(tmp_path / out, f"hf:{model_dir}", **{**settings, **changed}) == 0
         report = read_report(tmp_path / out)
         return report, _rows(tmp_path / out)[("onnx", "fp32")]
 
     _, first = run("a")
     assert first["cache"] == "miss" and first["status"] == "ok" and "verdict" not in first
-    report, reused = run("b", "--reuse-verdict")
+    report, reused = run("b", reuse_verdict=True)
     assert reused["cache"] == "hit" and reused["verdict"] == "cached", reused
     assert reused["sha256"] == first["sha256"] and reused["generation"] == first["generation"]
     assert reused["parity"] == first["parity"] and any("--reuse-verdict" in n for n in reused["notes"])
     assert report["generation"]["new_tokens"] == 4
-    _, longer = run("c", "--reuse-verdict", **{"--gen-tokens": "5"})
+    _, longer = run("c", reuse_verdict=True, gen_tokens=5)
     assert longer["cache"] == "miss" and "verdict" not in longer
     assert longer["generation"]["tokens_total"] == 2 * 5
-    _, other_prompts = run("d", "--reuse-verdict", **{"--seed": "1"})
+    _, other_prompts = run("d", reuse_verdict=True, seed=1)
     assert other_prompts["cache"] == "hit" and "verdict" not in other_prompts, other_prompts
     assert other_prompts["generation"]["tokens_total"] == 2 * 4 and other_prompts["status"] == "ok"
     assert Cache().info()["kinds"]["row"] == 2

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import read_report, run_cli, write_model_file
+from conftest import convert_in_process, read_report, run_cli, write_model_file
 
 OUTLIER = '''
 class Outlier(nn.Module):
@@ -124,9 +124,9 @@ def test_fallback_keeps_the_outlier_pair_float_and_passes_on_both_targets(model,
 
 def test_the_cap_stops_the_search_and_the_row_says_how_far_it_got(model, tmp_path):
     path, calib = model
-    result = run_cli("convert", f"{path}:build", "-t", "onnx", "-q", "int8", "--calibration-data", calib, *FAST,
-                     "--fallback", "float", "--fallback-max", "1", "--out", tmp_path / "out")
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = convert_in_process(f"{path}:build", tmp_path / "out", ["onnx"], quantize=["int8"], calibration_data=str(calib),
+                                latency=False, samples=4, fallback="float", fallback_max="1")
+    assert result.exit_code == 1
     row = quantized(read_report(tmp_path / "out"))[("onnx", "int8")]
     assert row["status"] == "failed" and row["quantization"]["cap"] == 1
     assert [s["float_layers"] for s in row["quantization"]["search"]] == [0, 1]
@@ -135,9 +135,9 @@ def test_the_cap_stops_the_search_and_the_row_says_how_far_it_got(model, tmp_pat
 
 def test_a_model_that_passes_full_int8_keeps_every_layer_quantized(model, tmp_path):
     path, calib = model
-    result = run_cli("convert", f"{path}:plain", "-t", "litert", "-t", "onnx", "-q", "int8", "--calibration-data",
-                     calib, *FAST, "--fallback", "float", "--out", tmp_path / "out")
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = convert_in_process(f"{path}:plain", tmp_path / "out", ["litert", "onnx"], quantize=["int8"],
+                                calibration_data=str(calib), latency=False, samples=4, fallback="float")
+    assert result.exit_code == 0, [r.get("error") for r in result.report["targets"]]
     for row in quantized(read_report(tmp_path / "out")).values():
         record = row["quantization"]
         assert row["status"] == "ok" and record["float_layers"] == []

@@ -243,10 +243,13 @@ def test_eager_latency_reruns_a_sliding_window_cache():
     assert timing["prefill_ms"]["8"] > 0 and timing["decode_ms_per_token"] > 0 and timing["decode_runs"] >= 10
 
 
+@pytest.mark.slow  # a minute on 2 cores; make test keeps test_rewrites.py::test_hf_moe_switches_to_batched_experts
 def test_mixture_of_experts_converts(tmp_path):
     """MoE experts default to grouped_mm: its transformers::grouped_mm_fallback custom op and torch.histc
     are lowered by neither torch.onnx ("No ONNX function found") nor litert-torch ("Lowering not found:
-    aten.histc"); the export runs the experts as batched_mm, as transformers' ExecuTorch exporter does."""
+    aten.histc"); the export runs the experts as batched_mm, as transformers' ExecuTorch exporter does.
+    make test's equivalent (test_rewrites.py) checks the same switch in process: no histc or grouped_mm left
+    in the export, logits equal to eager's."""
     model_dir = tiny_lm.save(tiny_lm.build("mixtral"), tmp_path / "mixtral")
     result = convert(model_dir, tmp_path / "out", "--no-latency", targets=("onnx",))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, read_report, run_cli
+from conftest import REPO, convert_in_process, read_report, run_cli
 
 MODELS = REPO / "tests" / "models.py"
 EMULATED_CPU = ["qemu-x86_64", "-cpu", "Haswell"]   # AVX2 + FMA, no AVX-512, no VNNI
@@ -28,10 +28,10 @@ def artifacts(tmp_path_factory):
     dirs = {}
     for kernels in ("portable", "vnni"):
         out = root / kernels
-        result = run_cli("convert", f"{MODELS}:two_io", "-t", "onnx", "-q", "int8", "-q", "dynamic-int8",
-                         "--onnx-int8", kernels, "--calibration-data", root / "calib.npz", "--no-latency",
-                         "--samples", "2", "--out", out)
-        assert result.returncode in (0, 1), result.stdout + result.stderr
+        result = convert_in_process(f"{MODELS}:two_io", out, ["onnx"], quantize=["int8", "dynamic-int8"],
+                                    target_options={"onnx_int8": kernels}, calibration_data=str(root / "calib.npz"),
+                                    latency=False, samples=2)
+        assert result.exit_code in (0, 1), [r.get("error") for r in result.report["targets"]]
         dirs[kernels] = out
     held_out = {"s%d_%d" % (i, j): (rng.standard_normal(shape).astype(np.float32) * 4)
                 for i in range(16) for j, shape in enumerate([(1, 8), (1, 4)])}

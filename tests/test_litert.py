@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import REPO, read_report, run_cli
+from conftest import REPO, convert_in_process, read_report, run_cli
 
 MODELS = REPO / "tests" / "models.py"
 
@@ -17,9 +17,8 @@ MODELS = REPO / "tests" / "models.py"
     ("two_io", [[1, 8], [1, 4]], [[1, 1], [1, 6]]),
 ])
 def test_fp32_converts_with_parity(tmp_path, name, inputs, outputs):
-    out = tmp_path / "out"
-    result = run_cli("convert", f"{MODELS}:{name}", "-t", "litert", "--out", out)
-    assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "out"  # in process: what is judged is what the conversion wrote (the flags: tests below)
+    assert convert_in_process(f"{MODELS}:{name}", out, ["litert"]).exit_code == 0, read_report(out)["targets"]
     report = read_report(out)
     row = report["targets"][0]
     assert report["passed"] and row["status"] == "ok" and row["variant"] == "fp32"
@@ -39,9 +38,9 @@ def test_fp32_converts_with_parity(tmp_path, name, inputs, outputs):
 @pytest.mark.parametrize("name", ["cnn", "transformer", "two_io"])
 def test_quantized_variants_within_budgets(tmp_path, name):
     out = tmp_path / "out"
-    args = ["-q", "fp16", "-q", "dynamic-int8", "-q", "weight-int8", "-q", "int8"]
-    result = run_cli("convert", f"{MODELS}:{name}", "-t", "litert", *args, "--out", out, "--no-latency")
-    assert result.returncode == 0, result.stdout + result.stderr
+    variants = ["fp16", "dynamic-int8", "weight-int8", "int8"]
+    result = convert_in_process(f"{MODELS}:{name}", out, ["litert"], quantize=variants, latency=False)
+    assert result.exit_code == 0, [r.get("error") for r in result.report["targets"]]
     report = read_report(out)
     rows = {r["variant"]: r for r in report["targets"]}
     assert set(rows) == {"fp32", "fp16", "dynamic-int8", "weight-int8", "int8"}

@@ -7,7 +7,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from conftest import MANIFEST_SCHEMA, REPO, read_manifest, read_report, run_cli
+from conftest import MANIFEST_SCHEMA, REPO, convert_in_process, read_manifest, read_report, run_cli
 
 MODELS = REPO / "tests" / "models.py"
 
@@ -16,8 +16,8 @@ MODELS = REPO / "tests" / "models.py"
 def two_io_int8(tmp_path_factory):
     """Two inputs, two outputs, fp32 + static int8 (whose .tflite I/O is int8 with scale/zero-point)."""
     out = tmp_path_factory.mktemp("two_io") / "out"
-    result = run_cli("convert", f"{MODELS}:two_io", "-q", "int8", "--out", out, "--no-latency", "--samples", "4")
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = convert_in_process(f"{MODELS}:two_io", out, ["litert"], quantize=["int8"], latency=False, samples=4)
+    assert result.exit_code == 0, [r.get("error") for r in result.report["targets"]]
     return out
 
 

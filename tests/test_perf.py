@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import REPO, read_report, run_cli
+from conftest import REPO, convert_in_process, read_report, run_cli
 
 MODELS = REPO / "tests" / "models.py"
 
@@ -13,8 +13,8 @@ MODELS = REPO / "tests" / "models.py"
 def cumsum_auto(tmp_path_factory):
     """One convert of a model with an op XNNPACK does not take, on two targets, with --threads auto."""
     out = tmp_path_factory.mktemp("perf") / "out"
-    result = run_cli("convert", f"{MODELS}:cumsum", "-t", "litert", "-t", "onnx", "--threads", "auto", "--out", out)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = convert_in_process(f"{MODELS}:cumsum", out, ["litert", "onnx"], threads="auto")
+    assert result.exit_code == 0, [r.get("error") for r in result.report["targets"]]
     return out, read_report(out)
 
 

@@ -76,14 +76,6 @@ def program(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("conv") / "out"
-    result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "--out", out, "--no-latency", "--samples", "2")
-    assert result.returncode == 0, result.stderr
-    return out
-
-
 def _one_error_line(result, *needles):
     assert result.returncode == 2, result.stdout + result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
@@ -96,7 +88,7 @@ def _one_error_line(result, *needles):
 def test_pickled_weight_is_refused_and_never_runs(program, converted, tmp_path, command):
     marker = tmp_path / "MARKER"
     evil = pickled_weight(program, tmp_path / "evil.pt2", Payload(marker))
-    if command == "validate":
+    if command == "validate":  # conftest's converted: the session's ONNX conversion of models.py:mlp
         directory = tmp_path / "dir"
         shutil.copytree(converted, directory)
         shutil.copy(evil, directory / "exported.pt2")

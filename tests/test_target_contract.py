@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, read_report, run_cli
+from conftest import REPO, convert_in_process, read_report
 from edgeport import api
 from edgeport.targets import registry
 from edgeport.targets.rewrites import PROGRAM_PASSES, REWRITES
@@ -23,11 +23,10 @@ TARGETS = registry.target_names()
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    """Every target in one run (the one export shared), as a user would run it."""
+    """Every target in one run (the one export shared), in process (what is judged here is what it wrote)."""
     out = tmp_path_factory.mktemp("contract") / "out"
-    args = [a for name in TARGETS for a in ("-t", name)]
-    result = run_cli("convert", f"{MODELS}:two_heads", *args, "--no-latency", "--samples", "3", "--out", out)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = convert_in_process(f"{MODELS}:two_heads", out, TARGETS, latency=False, samples=3)
+    assert result.exit_code == 0, [(r["target"], r.get("error")) for r in result.report["targets"]]
     return out, {r["target"]: r for r in read_report(out)["targets"]}
 
 
@@ -59,8 +58,8 @@ def test_validate_catches_a_changed_artifact(converted, tmp_path, name):
     shutil.copytree(out, copy)
     artifact = copy / rows[name]["artifact"]
     artifact.write_bytes(artifact.read_bytes() + b"\0")
-    result = run_cli("validate", copy, "--no-latency", "--samples", "2")
-    assert result.returncode == 1, result.stdout + result.stderr
+    result = api.validate(copy, api.JudgeOptions(latency=False, samples=2))  # `edgeport validate`, in process
+    assert result.exit_code == 1
     after = {r["target"]: r for r in read_report(copy)["targets"]}
     assert after[name]["status"] == "failed" and "changed since conversion" in after[name]["error"]
     assert all(r["status"] == "ok" for t, r in after.items() if t != name)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import REPO, read_report, run_cli
+from conftest import REPO, convert_in_process, read_report, run_cli
 
 MODELS = REPO / "tests" / "models.py"
 
@@ -13,8 +13,8 @@ MODELS = REPO / "tests" / "models.py"
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     out = tmp_path_factory.mktemp("converted") / "out"
-    result = run_cli("convert", f"{MODELS}:two_io", "-t", "onnx", "-t", "litert", "--out", out, "--no-latency")
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = convert_in_process(f"{MODELS}:two_io", out, ["onnx", "litert"], latency=False)
+    assert result.exit_code == 0, [r.get("error") for r in result.report["targets"]]
     return out
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, read_manifest, read_report, run_cli
+from conftest import REPO, convert_in_process, read_manifest, read_report, run_cli
 
 MODELS = REPO / "tests" / "models.py"
 WEB = REPO / "samples" / "web"
@@ -37,8 +37,8 @@ def converted(tmp_path_factory):
     outs = {}
     for name in ("mlp", "two_io"):
         out = tmp_path_factory.mktemp(name) / "out"
-        result = run_cli("convert", f"{MODELS}:{name}", "--out", out, "--no-latency", "--samples", "2")
-        assert result.returncode == 0, result.stdout + result.stderr
+        result = convert_in_process(f"{MODELS}:{name}", out, ["litert"], latency=False, samples=2)
+        assert result.exit_code == 0, [r.get("error") for r in result.report["targets"]]
         read_report(out)
         outs[name] = out
     return outs

@@ -128,3 +128,5 @@ def save(model, path: Path, tokenizer: bool = False) -> Path:
 LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
 GEN_ARGS = (*[a for n in LENS for a in ("--prefill-len", str(n))], "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
             "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1")
+GEN_OPTIONS = dict(prefill_lens=list(LENS), cache_len=CACHE, gen_tokens=NEW, samples=PROMPTS,  # the same, for api.convert
+                   target_options={"tpu_topology": ["v5e:1x1"]})
