@@ -270,13 +270,15 @@ def test_recurrent_state_model_is_one_line(tmp_path):
 # ------------------------------------------------------------------------------------------------- slow
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["qwen2", "gpt2", "gemma", "qwen3", "bloom", "mistral", "phi3"])
+@pytest.mark.parametrize("family", ["qwen2", "gpt2", "gemma", "qwen3", "bloom", "mistral", "phi3", "granite"])
 def test_family_matrix_token_exact(family, tmp_path):
     """Every family on every target (Llama is the default suite's). Qwen2's mask is named
     attention_mask_full_attention; GPT-2 orders the cache before the mask; Gemma scales its embeddings;
     Qwen3 normalizes q and k per head; Bloom has no positions but ALiBi biases; Mistral slides on every
-    layer (ring caches of its window, none global); Phi-3 fuses qkv and gate/up.
-    The other families probed (SmolLM3's NoPE layers, GPT-J, Qwen2-MoE, Falcon, OPT, GPT-NeoX), token-exact on
+    layer (ring caches of its window, none global); Phi-3 fuses qkv and gate/up; Granite scales embeddings,
+    residuals, attention and logits by its config's multipliers.
+    The other families probed (SmolLM3's NoPE layers, GPT-J, Qwen2-MoE, Qwen3-MoE, Falcon, OPT, GPT-NeoX, Phi,
+    StableLM, OLMo-2), token-exact on
     every target too, are bench/families_unseen.py's (bench/FAMILIES_UNSEEN.md): a few minutes each, kept out
     of make test-slow's time budget."""
     model_dir = tiny_lm.save(tiny_lm.build(family), tmp_path / family)
