@@ -427,3 +427,27 @@ def test_int_inputs_stay_int32_when_another_converter_left_x64_on(tmp_path):
     assert meta["inputs"][0]["dtype"] == "int32"
     out = JaxXlaRunner(tmp_path / "out" / "tpu" / "fp32", 1).run([np.array([[1, 2, 3]], np.int64)])
     assert out[0].shape == (1, 3)
+
+
+def test_a_tpu_conversion_leaves_torch_export_working_in_the_process(tmp_path):
+    """torchax, imported by the TPU lowering, registers a ``jax`` accelerator PyTorch cannot ask for a stream;
+    every later dynamo trace in that process failed ("PyTorch is not linked with support for jax devices"),
+    e.g. the export of the next model with ``torch.cond`` by an API caller or a fleet worker. A fresh process
+    (the state this is about is per process) converts for TPU, then exports a model with ``torch.cond``."""
+    code = f"""
+import torch
+from pathlib import Path
+from edgeport import api
+r = api.convert(api.convert_options(model={str(MODELS)!r} + ":matmul", out=Path({str(tmp_path / 'out')!r}),
+                targets=["tpu"], latency=False, samples=2, target_options={{"tpu_topology": ["v5e:1x1"]}}))
+assert r.report["targets"][0]["status"] == "ok", r.report["targets"][0]
+import torchax  # the lowering imported it
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,))
+torch.export.export(Branchy(), (torch.randn(3),))
+print("exported")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0 and "exported" in done.stdout, done.stderr[-2000:]

@@ -29,3 +29,21 @@ def libtpu_compile_env() -> None:
         if key not in os.environ:
             os.environ[key] = value
             ENV_SET_HERE.add(key)
+
+
+def keep_torch_accelerator_honest() -> None:
+    """Importing torchax registers a ``jax`` device module in PyTorch's PrivateUse1 slot with no PyTorch
+    support behind it: from then on ``torch.accelerator.is_available()`` says True and asking it for a
+    stream raises, so every later dynamo trace in this process fails ("PyTorch is not linked with support
+    for jax devices"): ``torch.export`` of a model with ``torch.cond``, ExecuTorch's XNNPACK passes, the
+    next model of an API caller or a fleet worker. When the accelerator cannot answer, it is reported
+    absent for the rest of the process (there is none: the TPU target's jax work runs on jax's CPU
+    backend or in compile-only children); a real accelerator that answers is left alone."""
+    import torch
+
+    if not torch.accelerator.is_available():
+        return
+    try:
+        torch.accelerator.current_stream()
+    except RuntimeError:
+        torch.accelerator.is_available = lambda: False

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeport.diagnostics import first_line, user_source, with_location
+from edgeport.targets._jax import keep_torch_accelerator_honest
 from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
 from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, CompileInput,  # noqa: F401
                                      compile_cached, compile_for_topology, compile_id, merge_pieces, pieces,
@@ -57,6 +58,7 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     from torchax import decompositions
     from torchax.ops import mappings
 
+    keep_torch_accelerator_honest()
     torchax.default_env()  # builds torchax's op table (the interpreter looks ops up there)
     with warnings.catch_warnings():  # torch's own pytree deprecation noise while copying the program
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec.*")
