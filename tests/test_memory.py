@@ -36,6 +36,38 @@ def test_estimate_with_workers_adds_each_workers_program():
     assert est.by == "-j 2"
 
 
+def test_text_generation_estimates_with_the_generation_factors():
+    """A text-generation row holds the model, its signature programs and the reference beside the converter
+    (4-6x the weights measured at 0.6B, bench/LARGE_GENERATION.md): its estimate uses that factor, so a 1B
+    model is refused up front instead of being killed by the OOM killer halfway."""
+    a = SimpleNamespace(name="a", memory_factor=1.5, disk_factor=1.0, generation_memory_factor=4.6)
+    forward, generative = memory.estimate(W, [(a, "fp32")]), memory.estimate(W, [(a, "fp32")], generative=True)
+    assert forward.factor == 1.5 and generative.factor == 4.6
+    assert generative.memory == memory.BASE_BYTES + int(W * 4.6)
+    for target in all_targets():
+        if target.generative is not None:
+            assert target.generation_memory_factor is not None, target.name
+            assert target.generation_memory_factor >= target.memory_factor, target.name
+
+
+def test_a_text_generation_run_is_refused_on_its_generation_estimate(tmp_path):
+    """--max-memory between the forward estimate and the text-generation one: refused, before the export."""
+    import tiny_lm
+    from edgeport import api
+    from edgeport.targets.registry import get_target
+
+    model = tiny_lm.build("llama")
+    model_dir = tiny_lm.save(model, tmp_path / "lm")
+    onnx = get_target("onnx")
+    weights = memory.fp32_weight_bytes([*model.parameters(), *model.buffers()])
+    between = memory.BASE_BYTES + int(weights * (onnx.memory_factor + onnx.generation_memory_factor) / 2)
+    opts = api.convert_options(model=f"hf:{model_dir}", task="text-generation", out=tmp_path / "out",
+                               targets=["onnx"], max_memory=between)
+    with pytest.raises(UsageError, match=r"refusing to convert: estimated peak memory .* x 4\.6 for onnx"):
+        api.convert(opts)
+    assert not (tmp_path / "out").exists()
+
+
 def test_fp32_weight_bytes_counts_tied_weights_once_and_half_precision_as_fp32():
     embed = torch.nn.Embedding(100, 8)
     head = torch.nn.Linear(8, 100, bias=False)

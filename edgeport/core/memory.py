@@ -71,11 +71,12 @@ def artifact_share(variant: str) -> float:
     return next((share for tag, share in ARTIFACT_SHARE if tag in variant), 1.0)
 
 
-def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1) -> Estimate:
+def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generative: bool = False) -> Estimate:
     """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``;
     ``programs``: how many saved programs each hold every weight (``exported.pt2``; a text-generation
-    model saves one per signature: prefill per length, decode)."""
-    factors = sorted(((t.memory_factor, t.name) for t, _v in rows), reverse=True) or [(1.0, "load")]
+    model saves one per signature: prefill per length, decode). ``generative``: the targets' text-generation
+    factors (their rows hold far more beside the model than a forward row: 4-6x the weights at 0.6B)."""
+    factors = sorted(((_factor(t, generative), t.name) for t, _v in rows), reverse=True) or [(1.0, "load")]
     if jobs > 1:   # the main process keeps its program; each worker loads one and converts
         top = factors[:jobs]
         factor, by = 1.0 + sum(f for f, _n in top), f"-j {jobs}"
@@ -84,6 +85,11 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1) -> Estim
         (factor, by), base = factors[0], BASE_BYTES
     disk = weight_bytes * (programs + sum(t.disk_factor * artifact_share(v) for t, v in rows))   # + exported
     return Estimate(weight_bytes, int(base + weight_bytes * factor), int(disk), round(factor, 2), by)
+
+
+def _factor(target, generative: bool) -> float:
+    found = getattr(target, "generation_memory_factor", None) if generative else None
+    return found if found is not None else target.memory_factor
 
 
 def available_memory() -> int:

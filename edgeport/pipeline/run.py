@@ -188,12 +188,14 @@ def preflight(loaded, opts: ConvertOptions, the_plan, workers: bool) -> None:
     check_fits(memory.model_weight_bytes(loaded), opts, the_plan, workers)
 
 
-def check_fits(weight_bytes: int, opts: ConvertOptions, the_plan, workers: bool, programs: int = 1) -> None:
+def check_fits(weight_bytes: int, opts: ConvertOptions, the_plan, workers: bool, programs: int = 1,
+               generative: bool = False) -> None:
     """Refuse (exit 2, with the estimate) a model whose conversion will not fit in memory or on disk: every
     task asks this between its load and its export."""
     from edgeport.core import memory
 
-    est = memory.estimate(weight_bytes, the_plan.rows, row_jobs(opts, the_plan) if workers else 1, programs)
+    est = memory.estimate(weight_bytes, the_plan.rows, row_jobs(opts, the_plan) if workers else 1, programs,
+                          generative)
     memory.check(est, opts.output.out, opts.max_memory)
 
 

@@ -231,6 +231,10 @@ class Target:
     # peak RSS of one `convert` of this target / the model's fp32 weight bytes, measured on a 2.24 GB model
     # (bench/LARGE.md); the pre-flight check (edgeport.core.memory) refuses a model whose estimate won't fit
     memory_factor: float = 2.5
+    # the same for a text-generation convert (export of every signature, the PyTorch reference, each variant
+    # converted and judged in the process that holds the model), measured on Qwen3-0.6B's shape
+    # (bench/LARGE_GENERATION.md); None: the forward factor
+    generation_memory_factor: float | None = None
     # the fp32 artifact's bytes (every file) / fp32 weight bytes; a variant scales it by its precision
     disk_factor: float = 1.0
 

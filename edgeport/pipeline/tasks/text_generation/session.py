@@ -43,7 +43,7 @@ def check_fits(model, opts, the_plan, workers: bool) -> None:
     from edgeport.pipeline.run import check_fits as fits
 
     weights = fp32_weight_bytes([*model.parameters(), *model.buffers()])
-    fits(weights, opts, the_plan, workers, programs=len(the_plan.generation.prefill_lens) + 1)
+    fits(weights, opts, the_plan, workers, programs=len(the_plan.generation.prefill_lens) + 1, generative=True)
 
 
 def real_prompts(opts, plan, model) -> tuple[list, dict | None]:
