@@ -17,7 +17,7 @@ W = 2_000_000_000
 
 
 def _target(name, factor, disk=1.0):
-    return SimpleNamespace(name=name, memory_factor=factor, disk_factor=disk)
+    return SimpleNamespace(name=name, memory_factor=factor, disk_factor=disk, generation_memory_factor=None)
 
 
 def test_estimate_takes_the_largest_factor_one_row_after_another():

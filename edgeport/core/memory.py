@@ -88,7 +88,7 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
 
 
 def _factor(target, generative: bool) -> float:
-    found = getattr(target, "generation_memory_factor", None) if generative else None
+    found = target.generation_memory_factor if generative else None
     return found if found is not None else target.memory_factor
 
 

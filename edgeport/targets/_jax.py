@@ -41,9 +41,19 @@ def keep_torch_accelerator_honest() -> None:
     backend or in compile-only children); a real accelerator that answers is left alone."""
     import torch
 
+    if accelerator_cannot_answer():
+        torch.accelerator.is_available = lambda: False
+
+
+def accelerator_cannot_answer() -> bool:
+    """True when PyTorch says an accelerator is available but cannot give its current stream (torchax's
+    ``jax`` device module; see :func:`keep_torch_accelerator_honest`)."""
+    import torch
+
     if not torch.accelerator.is_available():
-        return
+        return False
     try:
         torch.accelerator.current_stream()
     except RuntimeError:
-        torch.accelerator.is_available = lambda: False
+        return True
+    return False

@@ -34,18 +34,14 @@ def cpu_tracing():
     """XNNPACK's passes trace pattern graphs with dynamo, which asks ``torch.accelerator`` for the current
     stream whenever it says an accelerator is available. A library that registers a device module for
     PyTorch's PrivateUse1 slot without PyTorch support behind it (torchax registers ``jax`` when imported,
-    e.g. by another target converted earlier in this process) makes that question fail, and with it every
-    lowering ("PyTorch is not linked with support for jax devices"). Lowering is CPU work: while it runs, an
+    e.g. by the caller's own code; the TPU target undoes it: _jax.keep_torch_accelerator_honest) makes that
+    question fail, and with it every lowering ("PyTorch is not linked with support for jax devices"). Lowering is CPU work: while it runs, an
     accelerator that cannot answer counts as absent."""
     import torch
 
-    broken = False
-    if torch.accelerator.is_available():
-        try:
-            torch.accelerator.current_stream()
-        except RuntimeError:
-            broken = True
-    if not broken:
+    from edgeport.targets._jax import accelerator_cannot_answer
+
+    if not accelerator_cannot_answer():
         yield
         return
     saved = torch.accelerator.is_available

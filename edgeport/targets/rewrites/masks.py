@@ -74,7 +74,7 @@ def constant_value(gm, node, limit: int = 64):
 
 
 def _attr(gm, target: str):
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
+    from edgeport.targets.rewrites.complex import _own
+
+    owner, name = _own(gm, target)
+    return getattr(owner, name)
