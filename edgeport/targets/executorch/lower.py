@@ -35,8 +35,8 @@ def cpu_tracing():
     stream whenever it says an accelerator is available. A library that registers a device module for
     PyTorch's PrivateUse1 slot without PyTorch support behind it (torchax registers ``jax`` when imported,
     e.g. by the caller's own code; the TPU target undoes it: _jax.keep_torch_accelerator_honest) makes that
-    question fail, and with it every lowering ("PyTorch is not linked with support for jax devices"). Lowering is CPU work: while it runs, an
-    accelerator that cannot answer counts as absent."""
+    question fail, and with it every lowering ("PyTorch is not linked with support for jax devices").
+    Lowering is CPU work: while it runs, an accelerator that cannot answer counts as absent."""
     import torch
 
     from edgeport.targets._jax import accelerator_cannot_answer
