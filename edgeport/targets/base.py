@@ -78,6 +78,9 @@ class Converted:
         from edgeport.core.files import artifact_files
 
         return artifact_files(self.artifact, self.files)
+    # True: built from the model's own files (e.g. a library's Hugging Face path), not from the exported
+    # programs, so the shared rewrites applied to those programs are not part of it (the row lists none)
+    from_source: bool = False
     # False: the result depends on something outside the cache key (a compile process that died or timed
     # out, which the machine decides), so it is reported but never stored in the cache
     cacheable: bool = True

@@ -39,19 +39,33 @@ def artifact_path(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
+    """fp32 by the chosen lowering (:mod:`.hf_lowering`: export_hf or edgeport's); a quantized variant
+    quantizes that fp32 ``.tflite``, so every LiteRT row of a run comes from one lowering."""
+    from edgeport.targets.litert.hf_lowering import lower
     from edgeport.targets.litert.target import op_counts
 
     fp32 = artifact_path(job.out_dir, "fp32")
+    built_by = reason = None
     if job.variant == "fp32" or not fp32.is_file():
-        _convert_fp32(job, fp32)
+        built_by, reason = lower(job, fp32, _convert_fp32)
     path, details = fp32, {}
     if job.variant != "fp32":
         path = artifact_path(job.out_dir, job.variant)
         _quantize(fp32, path, job.variant)
         if job.variant in BLOCKWISE:
             details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
-    return Converted(path, {"ops": op_counts(path), "built_by": "edgeport",
-                            "kv_cache": "explicit input/output state (no resource variables)", **details})
+        built_by, reason = lowered_by(fp32), f"{job.variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
+            f"; fp32: {reason}" if reason else "")
+    exported_hf = built_by == "export_hf"
+    kv = "export_hf's kv_cache_* signatures (see hf_runner)" if exported_hf else "explicit input/output state (no resource variables)"
+    return Converted(path, {"ops": op_counts(path), "built_by": built_by, "lowering_reason": reason, "kv_cache": kv,
+                            **details}, from_source=exported_hf)
+
+
+def lowered_by(path: Path) -> str:
+    from edgeport.targets.litert.hf_runner import is_export_hf
+
+    return "export_hf" if is_export_hf(path) else "edgeport"
 
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> None:
@@ -126,8 +140,11 @@ def fix_zero_block_scales(path: Path) -> int:
 BITS = {17: 4, 9: 8}  # TensorType INT4 = 17, INT8 = 9: bits per stored weight
 
 
-def load(path: Path, threads: int) -> LiteRTSignatureRunner:
-    return LiteRTSignatureRunner(Path(path), threads)
+def load(path: Path, threads: int):
+    """The runner that speaks the artifact's signatures: export_hf's (:mod:`.hf_runner`) or edgeport's."""
+    from edgeport.targets.litert.hf_runner import ExportHfRunner, is_export_hf
+
+    return (ExportHfRunner if is_export_hf(Path(path)) else LiteRTSignatureRunner)(Path(path), threads)
 
 
 # --litertlm: the .litertlm bundle LiteRT-LM runs (edgeport.targets.litert.litertlm)

@@ -59,6 +59,7 @@ def _convert(target, bundle, passes: list[str], job, session):
     else:
         applied = []
     converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
+    applied = [] if converted.from_source else applied   # the artifact did not come from the rewritten programs
     converted.rewrites = [*applied, *(r for r in converted.rewrites if r not in applied)]
     return converted
 
