@@ -57,7 +57,8 @@ def convert(job: GenerativeJob) -> Converted:
         built_by, reason = lowered_by(fp32), f"{job.variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
             f"; fp32: {reason}" if reason else "")
     exported_hf = built_by == "export_hf"
-    kv = "export_hf's kv_cache_* signatures (see hf_runner)" if exported_hf else "explicit input/output state (no resource variables)"
+    kv = ("export_hf's: kv_cache_k_<i>/kv_cache_v_<i> in and out beside tokens, input_pos and an additive mask; "
+          "prefill returns no logits" if exported_hf else "explicit input/output state (no resource variables)")
     return Converted(path, {"ops": op_counts(path), "built_by": built_by, "lowering_reason": reason, "kv_cache": kv,
                             **details}, from_source=exported_hf)
 
