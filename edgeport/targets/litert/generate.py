@@ -70,6 +70,8 @@ def lowered_by(path: Path) -> str:
 
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> None:
+    """edgeport's own lowering of the (rewritten) programs."""
+    job.rewrite()
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     from edgeport.targets._jax import prefer_cpu_backend
 
@@ -151,5 +153,15 @@ def load(path: Path, threads: int):
 # --litertlm: the .litertlm bundle LiteRT-LM runs (edgeport.targets.litert.litertlm)
 LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="fp32",
                          module="edgeport.targets.litert.litertlm")
+def from_source(job: GenerativeJob) -> bool:
+    """export_hf will build this row's .tflite (or built the fp32 one it quantizes): no rewrites up front."""
+    from edgeport.targets.litert.hf_lowering import will_try
+
+    fp32 = artifact_path(job.out_dir, "fp32")
+    if job.variant != "fp32" and fp32.is_file():
+        return lowered_by(fp32) == "export_hf"
+    return will_try(job)
+
+
 GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
-                               convert=convert, load=load, bundles=(LITERTLM,))
+                               convert=convert, load=load, bundles=(LITERTLM,), from_source=from_source)

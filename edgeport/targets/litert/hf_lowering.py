@@ -72,6 +72,11 @@ def refusal(layout: dict) -> str | None:
     return None
 
 
+def will_try(job) -> bool:
+    """export_hf is asked for or may take the model (cheap: no import); it may still refuse it."""
+    return (job.options.get(OPTION) or "auto") != "edgeport" and refusal(job.layout) is None
+
+
 def lower(job, dst: Path, edgeport_lowering) -> tuple[str, str]:
     """Write the fp32 ``.tflite`` at ``dst`` by the chosen path; (built_by, lowering_reason).
     ``edgeport_lowering(job, dst)`` is edgeport's own."""

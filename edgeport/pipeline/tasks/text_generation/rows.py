@@ -52,15 +52,25 @@ def tokenizer_files(staging: Path) -> list[Path]:
 
 def _convert(target, bundle, passes: list[str], job, session):
     """The conversion itself: the rewrites on each program, then the target's (or the bundle's) converter;
-    the passes applied ride on the result as its rewrites (so a cache hit reports them too)."""
-    if passes:
-        job.programs, applied, notes = rewritten_programs(target, session.programs, session.samples, passes)
-        job.notes.extend(notes)
-    else:
-        applied = []
-    converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
-    applied = [] if converted.from_source else applied   # the artifact did not come from the rewritten programs
-    converted.rewrites = [*applied, *(r for r in converted.rewrites if r not in applied)]
+    the passes applied ride on the result as its rewrites (so a cache hit reports them too). A target that
+    builds from the model's own files (``GenerativeSupport.from_source``) gets the rewrites only if it falls
+    back to the programs (``job.rewrite``)."""
+    state = {"ran": False, "applied": []}
+
+    def rewrite() -> list[str]:
+        if passes and not state["ran"]:
+            job.programs, state["applied"], notes = rewritten_programs(target, session.programs, session.samples, passes)
+            job.notes.extend(notes)
+        state["ran"] = True
+        return list(state["applied"])
+
+    job.rewrite = rewrite
+    support = target.generation()
+    if not bundle and not (support.from_source and support.from_source(job)):
+        rewrite()
+    converted = (bundle.impl().convert if bundle else support.convert)(job)
+    done = [] if converted.from_source else state["applied"]   # not built from the rewritten programs
+    converted.rewrites = [*done, *(r for r in converted.rewrites if r not in done)]
     return converted
 
 
