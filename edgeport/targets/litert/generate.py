@@ -1,6 +1,11 @@
 """LiteRT for generative models: ONE ``.tflite`` whose signatures are ``prefill_<L>`` per prefill length and
 ``decode``, the weights stored once and shared by every signature.
 
+For a Hugging Face causal LM the fp32 ``.tflite`` is lowered by litert-torch's ``export_hf`` when it takes the
+model (``--litert-lowering``, :mod:`.hf_lowering`; its signatures are driven by :mod:`.hf_runner`), and by
+edgeport's own lowering of the exported programs otherwise, as below; the row says which (``built_by``,
+``lowering_reason``). The quantized variants quantize whichever fp32 ``.tflite`` the run lowered.
+
 The KV cache is explicit state: each signature takes the cache tensors and returns the updated ones, and
 the app passes them back on the next call. litert-torch cannot keep it inside the model as resource
 variables on this path: its conversion drops every non-user output (buffer and input mutations: "not
@@ -150,9 +155,6 @@ def load(path: Path, threads: int):
     return (ExportHfRunner if is_export_hf(Path(path)) else LiteRTSignatureRunner)(Path(path), threads)
 
 
-# --litertlm: the .litertlm bundle LiteRT-LM runs (edgeport.targets.litert.litertlm)
-LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="fp32",
-                         module="edgeport.targets.litert.litertlm")
 def from_source(job: GenerativeJob) -> bool:
     """export_hf will build this row's .tflite (or built the fp32 one it quantizes): no rewrites up front."""
     from edgeport.targets.litert.hf_lowering import will_try
@@ -163,5 +165,8 @@ def from_source(job: GenerativeJob) -> bool:
     return will_try(job)
 
 
+# --litertlm: the .litertlm bundle LiteRT-LM runs (edgeport.targets.litert.litertlm)
+LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="fp32",
+                         module="edgeport.targets.litert.litertlm")
 GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
                                convert=convert, load=load, bundles=(LITERTLM,), from_source=from_source)
