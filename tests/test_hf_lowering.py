@@ -56,13 +56,35 @@ def test_auto_lowers_an_hf_lm_through_export_hf_token_exact(routed):
     assert not (out / "litert" / "export_hf").exists()   # its work files go (no bundle asked for)
 
 
+def test_export_hf_runner_matches_generate_on_every_prompt_shape(routed):
+    """The runner's prefill (export_hf's prefill of all but the last token, then one decode step) for a
+    one-token prompt, one right-padded into a prefill, one filling it and one longer than every prefill
+    (the rest through decode), against the model's own greedy generate."""
+    from edgeport.pipeline.tasks.text_generation.directory import read_layout
+    from edgeport.pipeline.tasks.text_generation.export import load_causal_lm
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.tasks.text_generation.reference import generate_reference
+    from edgeport.targets.registry import get_target
+
+    out, rows, _ = routed
+    layout = read_layout(out)
+    runner = get_target("litert").generation().load(out / rows["fp32"]["artifact"], 1)
+    assert type(runner).__name__ == "ExportHfRunner"
+    prompts = [[(7 * i + 11) % (layout.vocab_size - 3) + 3 for i in range(n)] for n in (1, 5, 16, 21)]
+    model, _ = load_causal_lm(SimpleNamespace(model=layout.model, trust_remote_code=False))
+    expected = generate_reference(model, prompts, 4, layout.cache_len)
+    for prompt, ref in zip(prompts, expected):
+        got = greedy(runner, layout, prompt, 4)
+        assert got.tokens == ref.tokens and abs(got.logits - ref.logits).max() < 1e-3, len(prompt)
+
+
 def test_generate_runs_the_export_hf_artifact(routed):
     from edgeport.pipeline.tasks.text_generation.generate import generate
 
     out, rows, _ = routed
-    first = rows["fp32"]["generation"]
     result = generate(out, "litert", "fp32", "5,9,11,4", None, max_new=4)
-    assert len(result.tokens) >= 1 and all(0 <= t < 600 for t in result.tokens) and first["tokens_total"] > 0
+    assert result.variant == "fp32" and 1 <= len(result.tokens) <= 4 and result.prompt_ids == [5, 9, 11, 4]
+    assert result.text is not None   # DIR/tokenizer decodes them
 
 
 class Refused(Exception):
