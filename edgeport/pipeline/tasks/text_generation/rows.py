@@ -28,8 +28,10 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     job = GenerativeJob(dict(session.programs), session.samples, session.layout.to_json(), variant, out_dir,
                         dict(session.target_options), notes=list(session.notes),
                         progress=scoped(session.progress, f"{target.name} {variant}"))
-    convert = lambda: _convert(target, bundle, passes, job, session)  # noqa: E731
-    key = row_key(target, variant, session, passes)
+    support = target.generation()
+    from_source = not bundle and bool(support.from_source and support.from_source(job))
+    convert = lambda: _convert(target, bundle, passes, job, session, from_source)  # noqa: E731
+    key = row_key(target, variant, session, passes, from_source)
     try:
         if key is None:
             row.details["cache"] = "off"
@@ -50,7 +52,7 @@ def tokenizer_files(staging: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
 
 
-def _convert(target, bundle, passes: list[str], job, session):
+def _convert(target, bundle, passes: list[str], job, session, from_source: bool):
     """The conversion itself: the rewrites on each program, then the target's (or the bundle's) converter;
     the passes applied ride on the result as its rewrites (so a cache hit reports them too). A target that
     builds from the model's own files (``GenerativeSupport.from_source``) gets the rewrites only if it falls
@@ -65,10 +67,9 @@ def _convert(target, bundle, passes: list[str], job, session):
         return list(state["applied"])
 
     job.rewrite = rewrite
-    support = target.generation()
-    if not bundle and not (support.from_source and support.from_source(job)):
+    if not bundle and not from_source:
         rewrite()
-    converted = (bundle.impl().convert if bundle else support.convert)(job)
+    converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
     done = [] if converted.from_source else state["applied"]   # not built from the rewritten programs
     converted.rewrites = [*done, *(r for r in converted.rewrites if r not in done)]
     return converted
