@@ -48,7 +48,7 @@ def _weights_sha256(program, seen: dict) -> str:
 
 def row_key(target, variant: str, session, rewrites: list[str], from_source: bool = False) -> str | None:
     """The cache key of one generation row; None with the cache off or for a bundle variant. ``from_source``:
-    the target will build from the model's own files (GenerativeSupport.from_source, e.g. LiteRT's export_hf
+    the target will build from the model's own files (GenerativeSupport.from_source, e.g. a library's own HF
     route, which depends on an optional library being installed): not the same artifact as from the programs."""
     from edgeport.cache import key_of
     from edgeport.pipeline.reuse import edgeport_id, library_versions
