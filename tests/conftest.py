@@ -153,6 +153,27 @@ def llama_generation(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def export_hf_generation(tmp_path_factory):
+    """A tiny Llama (tokenizer included) converted for LiteRT text generation with the default lowering (routed
+    through litert-torch's export_hf), fp32 and dynamic-int8, no latency: (DIR, report). test_hf_lowering judges
+    it and the Android contract replays its fp32 artifact, so it converts once per session, in process
+    (tensorflow's import and export_hf's export are paid once). Read-only."""
+    def build(root: Path) -> None:
+        from test_litertlm import tiny_llama
+
+        model = tiny_llama(root / "m")
+        result = convert_in_process(f"hf:{model}", root / "o", ["litert"], cache=root / "cache", latency=False,
+                                    quantize=["dynamic-int8"], **EXPORT_HF_OPTIONS)
+        assert result.exit_code == 0, [(r["variant"], r.get("error")) for r in result.report["targets"]]
+
+    out = shared_output(tmp_path_factory, "export-hf-generation", build) / "o"
+    return out, json.loads((out / "report.json").read_text())
+
+
+EXPORT_HF_OPTIONS = dict(task="text-generation", prefill_lens=[8, 16], cache_len=32, gen_tokens=6, samples=3)
+
+
+@pytest.fixture(scope="session")
 def converted(tmp_path_factory):
     """An ONNX conversion of tests/models.py:mlp, once per session (a module may define its own ``converted``).
     Read-only: a test that alters it takes ``fresh``."""

@@ -3,7 +3,8 @@ a Hugging Face causal LM's fp32 .tflite is lowered by export_hf when it takes th
 every row, its quantized variants quantized from that .tflite; edgeport's own lowering where export_hf refuses,
 with the reason in the row.
 
-One real conversion (module fixture, in process: tensorflow's import and export_hf's export are paid once);
+One real conversion (conftest's export_hf_generation, shared with the Android contract: tensorflow's import and
+export_hf's export are paid once per session);
 the refusals stub export_hf (importing it takes tensorflow).
 """
 
@@ -17,21 +18,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import convert_in_process, validate_report
-from test_litertlm import tiny_llama
-
-OPTIONS = dict(task="text-generation", prefill_lens=[8, 16], cache_len=32, gen_tokens=6, samples=3)
+from conftest import validate_report
 
 
 @pytest.fixture(scope="module")
-def routed(tmp_path_factory):
-    """A tiny Llama (with tokenizer) converted for LiteRT with the default lowering, fp32 and dynamic-int8."""
-    root = tmp_path_factory.mktemp("hf_lowering")
-    model = tiny_llama(root / "m")
-    result = convert_in_process(f"hf:{model}", root / "o", ["litert"], cache=root / "cache", latency=False,
-                                quantize=["dynamic-int8"], **OPTIONS)
-    assert result.exit_code == 0, [(r["variant"], r.get("error")) for r in result.report["targets"]]
-    return root / "o", {r["variant"]: r for r in result.report["targets"]}, result.report
+def routed(export_hf_generation):
+    """The session's export_hf conversion (conftest): DIR, its rows by variant, the report."""
+    out, report = export_hf_generation
+    return out, {r["variant"]: r for r in report["targets"]}, report
 
 
 def test_auto_lowers_an_hf_lm_through_export_hf_token_exact(routed):
