@@ -19,8 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 # The files whose conversions take the most CPU, first: `make test` hands whole files to its workers in
 # collection order (--dist loadfile --no-loadscope-reorder), so the long ones overlap instead of one running
 # alone at the end while the other worker idles. test_generative builds the shared Llama conversion early;
-# test_android_contract, its other reader, comes later and finds it built instead of waiting for it.
-HEAVY_FIRST = ("test_generative.py", "test_sliding_window.py", "test_gate_trust.py", "test_rewrites.py")
+# test_android_contract, its other reader, comes later and finds it built instead of waiting for it; so does
+# the export_hf conversion test_hf_lowering builds (export_hf_generation), which it replays too.
+HEAVY_FIRST = ("test_generative.py", "test_sliding_window.py", "test_gate_trust.py", "test_rewrites.py",
+               "test_hf_lowering.py")
 
 
 def pytest_collection_modifyitems(items) -> None:

@@ -4,12 +4,15 @@ LiteRT-LM drives it, and spoken to in the generative layout's roles so the one g
 
 Its signatures are not edgeport's: ``prefill_<L>(tokens, input_pos, mask, kv_cache_k_<i>, kv_cache_v_<i>)``
 returns only the updated caches (no logits), ``decode`` takes the same inputs for one token and returns
-``logits`` and the caches; ``mask`` is an additive float mask (0 on slots a position attends, -inf elsewhere)
-over the whole cache, and the caches are opaque state in export_hf's own layout (its value cache is stored
-transposed), passed back by name. So a prefill of a prompt of n real tokens (the loop says n as
-``prompt_len``; :attr:`takes_prompt_len`) is export_hf's prefill of the first n - 1 tokens and one decode step
-of the last, whose logits are the prompt's last position's: what an app running this artifact does to get its
-first token, and what the prefill latency of the row therefore times.
+``logits`` and the caches; ``mask`` is an additive float mask over the whole cache (0 on slots a position
+attends, float32's lowest number elsewhere: the one convention of every float mask edgeport feeds, so an app
+fills any float ``attention_mask`` role alike; softmax gives those slots 0 as for -inf), and the caches are
+opaque state in export_hf's own layout (its value cache is stored transposed), passed back by name. So a
+prefill of a prompt of n real tokens (the loop says n as ``prompt_len``; :attr:`takes_prompt_len`) is
+export_hf's prefill of the first n - 1 tokens and one decode step of the last, whose logits are the prompt's
+last position's: what an app running this artifact does to get its first token (the Android sample's
+GenerationLoop, which sees it as a prefill with no ``logits`` output in manifest.json), and what the prefill
+latency of the row therefore times.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 
 from edgeport.targets.signature import SignatureRunner, tensor
 
-NEG = np.float32(-np.inf)
+NEG = np.finfo(np.float32).min   # layout.as_mask's masked value
 KV = "kv_cache_"
 
 
@@ -121,7 +124,7 @@ class ExportHfRunner(SignatureRunner):
 
     def io(self) -> dict[str, dict]:
         """The signatures as they are (an app drives these names); each tensor names the layout role it plays."""
-        roles = {"tokens": "input_ids", "input_pos": "position_ids", "mask": "attention_mask (additive float)"}
+        roles = {"tokens": "input_ids", "input_pos": "position_ids", "mask": "attention_mask"}   # float: additive
         out = {}
         for name, runner in self.runners.items():
             describe = lambda k, d: tensor(k, d["shape"], d["dtype"], roles.get(k) or role(k))  # noqa: E731
