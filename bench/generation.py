@@ -2,19 +2,23 @@
 memory-bandwidth bound, all measured in one run.
 
     python bench/generation.py [--layers 6 --hidden 384 --vocab 8192 --cache-len 256 --prefill-len 32 --prefill-len 128]
-                               [--peaky] [--targets litert,onnx,export_hf] [--threads 1]
+                               [--peaky] [--targets litert,onnx,export_hf] [--threads 1] [--edgeport-lowering]
 
 A random-init Llama (untied head; small but not tiny: ~15M parameters by default) is saved, exported once
 with edgeport's generative path, converted fp32 for every target, and checked token-exact on one prompt.
 Then at 1 thread and at all cores: prefill ms per prefill length and decode ms/token (p50 of single calls,
 each signature timed alone on realistic feeds) for PyTorch eager (the model's own forward with a
-StaticCache, as generate calls it) and for each artifact in its runtime, plus litert-torch's own
-``export_hf`` path on the same model (``litert export_hf``; bench/export_hf_row.py) when the litert-lm extra
-is installed: the anchor edgeport's own LiteRT lowering is compared with. Each artifact is built as a pipeline
-row builds it (the target's rewrites, then its converter); LiteRT's dynamic-int8 and int4-block32 variants
-get rows too (size, speed, token agreement with ``generate``). ``--peaky`` gives the model decisive logits
-(tests/tiny_lm.py ``peaky``): on the random-init model the top logits are near-ties, so any quantizer flips
-the first token and its agreement says nothing about the quantizer.
+StaticCache, as generate calls it) and for each artifact in its runtime. Each artifact is built as a pipeline
+row builds it (the target's rewrites, then its converter). LiteRT rows are named by the path that lowered
+them (``litert [export_hf]`` when the litert-lm extra is installed: ``--litert-lowering auto`` routes a Hugging
+Face causal LM through litert-torch's export_hf; ``[edgeport]`` otherwise, or with ``--edgeport-lowering`` as an
+extra row set); LiteRT's dynamic-int8 and int4-block32 variants are quantized from that row's fp32 .tflite
+(size, speed, token agreement with ``generate``). A routed row's prefill is export_hf's prefill of the prompt
+but its last token plus one decode step (export_hf's prefill returns no logits), so it is the time to the first
+token; ``litert export_hf (bare signatures)`` (``export_hf`` in ``--targets``) times the same file's
+``prefill_<L>`` and ``decode`` as LiteRT-LM calls them, no second export. ``--peaky`` gives the model decisive
+logits (tests/tiny_lm.py ``peaky``): on the random-init model the top logits are near-ties, so any quantizer
+flips the first token and its agreement says nothing about the quantizer.
 
 ``decode CPU ms`` / ``prefill L CPU ms`` (the longest prefill length): p50 of the call's process CPU time
 at 1 thread. On a shared, overloaded machine
@@ -105,10 +109,11 @@ def word_tokenizer(vocab: int):
 QUANTIZED = {"litert": ("dynamic-int8", "int4-block32")}  # item 5 of issue 18: sizes, speed, token agreement
 
 
-def convert_all(exported, out: Path, facts: dict, only=None) -> dict:
+def convert_all(exported, out: Path, facts: dict, only=None, lowerings=("auto",)) -> dict:
     """Each target's fp32 artifact built the way a pipeline row builds it (the target's rewrites on every
     signature's program, then its converter), plus the quantized variants in QUANTIZED (``only``: these
-    target names)."""
+    target names). LiteRT once per ``--litert-lowering`` in ``lowerings`` (auto: export_hf when installed,
+    edgeport's own lowering otherwise); its rows are named by the path that built them."""
     from edgeport.pipeline.tasks.text_generation.rows import rewritten_programs
     from edgeport.targets.base import GenerativeJob
     from edgeport.targets.registry import all_targets
@@ -118,16 +123,23 @@ def convert_all(exported, out: Path, facts: dict, only=None) -> dict:
         support = target.generation()
         if support is None or target.missing_requirements() or (only and target.name not in only):
             continue
-        (out / target.name).mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         programs, applied, _ = rewritten_programs(target, exported.programs, exported.samples)
         facts["rewrites"][target.name] = applied
-        for variant in ("fp32", *QUANTIZED.get(target.name, ())):
-            job = GenerativeJob(programs, exported.samples, exported.layout.to_json(), variant, out / target.name,
-                                artifact_only=True)
-            name = target.name if variant == "fp32" else f"{target.name} {variant}"
-            artifacts[name] = (support, support.convert(job).artifact, time.perf_counter() - start)
-            start = time.perf_counter()
+        for lowering in (lowerings if target.name == "litert" else (None,)):
+            where = out / (target.name if lowering in (None, "auto") else f"{target.name}-{lowering}")
+            where.mkdir(parents=True, exist_ok=True)
+            options = {"litert_lowering": lowering} if lowering else {}
+            for variant in ("fp32", *QUANTIZED.get(target.name, ())):
+                job = GenerativeJob(programs, exported.samples, exported.layout.to_json(), variant, where, options,
+                                    artifact_only=True)
+                converted = support.convert(job)
+                by = converted.details.get("built_by")
+                name = (target.name if variant == "fp32" else f"{target.name} {variant}") + (f" [{by}]" if lowering else "")
+                if lowering and variant == "fp32":
+                    facts["lowering"][name] = converted.details.get("lowering_reason")
+                artifacts[name] = (support, converted.artifact, time.perf_counter() - start)
+                start = time.perf_counter()
     return artifacts
 
 
@@ -172,6 +184,8 @@ def main() -> None:
                              "peaky): token agreement then measures the quantizer, not random near-ties")
     parser.add_argument("--targets", help="comma-separated target names (and export_hf) to run; default all")
     parser.add_argument("--threads", type=int, action="append", help="thread counts to time (default 1 and all cores)")
+    parser.add_argument("--edgeport-lowering", action="store_true",
+                        help="also build LiteRT with --litert-lowering edgeport (edgeport's own lowering) beside the routed rows")
     args = parser.parse_args()
     lens = tuple(sorted(args.prefill_len or [32, 128]))
     from edgeport.core.proc import redirected
@@ -197,10 +211,10 @@ def run(args, lens, tmp: Path):
     facts = {"export_s": time.perf_counter() - start, "bandwidth": memory_bandwidth(),
              "params": sum(p.numel() for p in exported.model.parameters()),
              "bytes_per_token": bytes_per_token(exported.model, exported.layout), "convert_s": {}, "exact": {},
-             "rewrites": {}}
+             "rewrites": {}, "lowering": {}}
     only = set(args.targets.split(",")) if args.targets else None
-    artifacts = convert_all(exported, tmp / "out", facts, only)
-    export_hf = export_hf_artifact(tmp, lens, args.cache_len, facts) if not only or "export_hf" in only else None
+    artifacts = convert_all(exported, tmp / "out", facts, only, ("auto", *(("edgeport",) if args.edgeport_lowering else ())))
+    export_hf = export_hf_artifact(artifacts, facts) if not only or "export_hf" in only else None
     prompt = [int(t) for t in torch.randint(3, args.vocab, (lens[-1],), generator=torch.Generator().manual_seed(1))]
     reference = generate_reference(exported.model, [prompt[: lens[0] - 3]], args.gen_tokens, args.cache_len)[0]
     rows = []
@@ -223,17 +237,7 @@ def run(args, lens, tmp: Path):
                 block["cpu_prefill_ms"] = cpu_ms(lambda: runner.run(longest, feeds[longest]), PREFILL_RUNS)
             rows.append((name, threads, {**block, "size_mb": size_mb(path)}))
         if export_hf is not None:
-            from export_hf_row import ExportHfRunner
-
-            runner = ExportHfRunner(export_hf, threads)
-            facts["exact"]["export_hf"] = agreement(runner.greedy(prompt[: lens[0] - 3], args.gen_tokens), reference.tokens)
-            feeds = runner.decode_feeds(prompt[0], lens[-1], runner.fresh())
-            block = {**runner.latency(prompt), "size_mb": size_mb(export_hf)}
-            if threads == 1:
-                longest = runner.prefill_feeds(prompt[:lens[-1]], runner.fresh())
-                block["cpu_decode_ms"] = cpu_ms(lambda: runner.run("decode", feeds))
-                block["cpu_prefill_ms"] = cpu_ms(lambda: runner.run(*longest), PREFILL_RUNS)
-            rows.append(("litert export_hf", threads, block))
+            rows.append(("litert export_hf (bare signatures)", threads, anchor_block(export_hf, threads, prompt, lens)))
     return rows, facts
 
 
@@ -256,20 +260,34 @@ def eager_cpu_ms(model, layout, signature: str, length: int, runs: int = 30) -> 
         return cpu_ms(lambda: module(**calls.pop()), runs)
 
 
-def export_hf_artifact(tmp: Path, lens, cache_len: int, facts: dict) -> Path | None:
-    """litert-torch's own HF path on the same model (needs the litert-lm extra: it imports tensorflow)."""
-    import importlib.util
+def anchor_block(path: Path, threads: int, prompt: list[int], lens) -> dict:
+    """export_hf's ``.tflite`` timed on its own signatures, as LiteRT-LM calls them: ``prefill_<L>`` of L
+    tokens (no logits: the routed row's prefill adds the first decode step) and one ``decode`` step."""
+    from edgeport.pipeline.tasks.text_generation.reference import latency_block
+    from edgeport.targets.litert.hf_runner import ExportHfRunner
+    from edgeport.validate.latency import measure
 
-    if importlib.util.find_spec("tensorflow") is None:
-        facts["export_hf"] = "not installed: pip install 'edgeport[litert-lm]'"
-        return None
-    from export_hf_row import export
+    runner = ExportHfRunner(path, threads)
+    prefill, calls = {}, {}
+    for length in runner.lens:
+        calls[length] = runner.prefill_feeds(prompt[:length], runner.fresh())
+        prefill[str(length)] = measure(lambda c=calls[length]: runner.raw(*c), threads, budget_seconds=0.5)["p50"]
+    feeds = runner.decode_feeds(prompt[0], runner.lens[-1], runner.fresh())
+    decode = measure(lambda: runner.raw("decode", feeds), threads, budget_seconds=0.5)
+    block = {**latency_block(prefill, decode, threads), "size_mb": size_mb(path)}
+    if threads == 1:
+        block["cpu_decode_ms"] = cpu_ms(lambda: runner.raw("decode", feeds))
+        block["cpu_prefill_ms"] = cpu_ms(lambda: runner.raw(*calls[lens[-1]]), PREFILL_RUNS)
+    return block
 
-    try:
-        path, facts["convert_s"]["export_hf"] = export(tmp / "model", tmp / "export_hf", lens, cache_len)
-    except Exception as exc:  # export_hf refusing the model leaves the other rows
-        facts["export_hf"] = f"export_hf failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return None
+
+def export_hf_artifact(artifacts: dict, facts: dict) -> Path | None:
+    """The routed LiteRT row's .tflite when export_hf built it (one export serves the row and the anchor)."""
+    from edgeport.targets.litert.hf_runner import is_export_hf
+
+    path = next((p for name, (_, p, _) in artifacts.items() if name.startswith("litert [") and is_export_hf(p)), None)
+    if path is None:
+        facts["export_hf"] = "no export_hf artifact: " + "; ".join(f"{k}: {v}" for k, v in facts["lowering"].items())
     return path
 
 
@@ -281,6 +299,7 @@ def print_table(rows, facts, peaky: bool = False) -> None:
           + "; token agreement vs generate: " + ", ".join(f"{k} {v:.2f}" for k, v in facts["exact"].items())
           + "; rewrites: " + ", ".join(f"{k} {'+'.join(v) or '-'}" for k, v in facts["rewrites"].items())
           + (f"; {facts['export_hf']}" if facts.get("export_hf") else ""))
+    print("LiteRT lowering: " + "; ".join(f"{k}: {v}" for k, v in facts["lowering"].items()))
     eager = {threads: block for name, threads, block in rows if name == "PyTorch eager"}
     lens = list(rows[0][2]["prefill_ms"])
     print(f"| runtime | threads | size MiB | " + " | ".join(f"prefill {n} ms" for n in lens)

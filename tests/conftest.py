@@ -19,8 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 # The files whose conversions take the most CPU, first: `make test` hands whole files to its workers in
 # collection order (--dist loadfile --no-loadscope-reorder), so the long ones overlap instead of one running
 # alone at the end while the other worker idles. test_generative builds the shared Llama conversion early;
-# test_android_contract, its other reader, comes later and finds it built instead of waiting for it.
-HEAVY_FIRST = ("test_generative.py", "test_sliding_window.py", "test_gate_trust.py", "test_rewrites.py")
+# test_android_contract, its other reader, comes later and finds it built instead of waiting for it; so does
+# the export_hf conversion test_hf_lowering builds (export_hf_generation), which it replays too.
+HEAVY_FIRST = ("test_generative.py", "test_sliding_window.py", "test_gate_trust.py", "test_rewrites.py",
+               "test_hf_lowering.py")
 
 
 def pytest_collection_modifyitems(items) -> None:
@@ -150,6 +152,27 @@ def llama_generation(tmp_path_factory):
 
     root = shared_output(tmp_path_factory, "llama-generation", build)
     return root / "llama", root / "dist"
+
+
+@pytest.fixture(scope="session")
+def export_hf_generation(tmp_path_factory):
+    """A tiny Llama (tokenizer included) converted for LiteRT text generation with the default lowering (routed
+    through litert-torch's export_hf), fp32 and dynamic-int8, no latency: (DIR, report). test_hf_lowering judges
+    it and the Android contract replays its fp32 artifact, so it converts once per session, in process
+    (tensorflow's import and export_hf's export are paid once). Read-only."""
+    def build(root: Path) -> None:
+        from test_litertlm import tiny_llama
+
+        model = tiny_llama(root / "m")
+        result = convert_in_process(f"hf:{model}", root / "o", ["litert"], cache=root / "cache", latency=False,
+                                    quantize=["dynamic-int8"], **EXPORT_HF_OPTIONS)
+        assert result.exit_code == 0, [(r["variant"], r.get("error")) for r in result.report["targets"]]
+
+    out = shared_output(tmp_path_factory, "export-hf-generation", build) / "o"
+    return out, json.loads((out / "report.json").read_text())
+
+
+EXPORT_HF_OPTIONS = dict(task="text-generation", prefill_lens=[8, 16], cache_len=32, gen_tokens=6, samples=3)
 
 
 @pytest.fixture(scope="session")

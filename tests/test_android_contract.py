@@ -1,7 +1,9 @@
 """The Android sample's plain-Kotlin core (samples/android/core: manifest model, parity sample reader, parity
 math, the generation loop's bookkeeping) compiled with kotlinc and run on the JVM against real edgeport output
 written in this session: the demo model (tiny_cnn, LiteRT fp32 + static int8) and a tiny Llama converted for
-text generation (its LiteRT artifact: the session's shared conversion, conftest's llama_generation).
+text generation twice: its LiteRT artifact by edgeport's lowering (the session's shared conversion, conftest's
+llama_generation) and by litert-torch's export_hf (conftest's export_hf_generation, which test_hf_lowering
+judges): the one Kotlin loop drives both conventions from manifest.json's roles.
 
 No Android runtime runs here, so the runtime's side is recorded in Python: ai-edge-litert runs each artifact as
 edgeport does, and every call's feeds and outputs are written to disk. The Kotlin driver (tests/kotlin/
@@ -108,17 +110,18 @@ def record_forward(out, replay) -> None:
 
 
 def record_generation(out, replay, extra_prompts) -> list[list[int]]:
-    """edgeport's greedy loop over the LiteRT artifact, every signature call recorded; returns the tokens of
-    ``extra_prompts`` (prompts the parity sample lacks: one longer than every prefill, one of one token)."""
-    from edgeport.pipeline.tasks.text_generation.layout import Layout
+    """edgeport's greedy loop over the LiteRT fp32 artifact (through the runner edgeport picks for it: its own
+    lowering's or export_hf's), every signature call recorded as the runtime saw it; returns the tokens of
+    ``extra_prompts`` (prompts the parity sample lacks: one longer than every prefill, one of one token, ...)."""
+    from edgeport.pipeline.tasks.text_generation.directory import read_layout
     from edgeport.pipeline.tasks.text_generation.loop import greedy
-    from edgeport.targets.litert.signatures import LiteRTSignatureRunner
+    from edgeport.targets.litert.generate import load
 
     manifest = json.loads((out / "manifest.json").read_text())
     gen = manifest["generation"]
-    layout = Layout.from_json(json.loads((out / "exported" / "layout.json").read_text()))
+    layout = read_layout(out)
     artifact = next(a for a in gen["artifacts"] if (a["target"], a["variant"]) == ("litert", "fp32"))
-    runner = LiteRTSignatureRunner(out / artifact["path"], threads=1)
+    runner = load(out / artifact["path"], threads=1)
     calls = []
 
     def recording(name, call):
@@ -154,9 +157,11 @@ def renamed_copy(src, dst, old: str, new: str):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory, llama_generation):
-    """The demo model (LiteRT fp32 + int8, one parity sample so report.json's numbers are the sample's) and a
-    tiny Llama for text generation (the shared conversion's LiteRT artifact), each with its runtime calls recorded."""
+def converted(tmp_path_factory, llama_generation, export_hf_generation):
+    """The demo model (LiteRT fp32 + int8, one parity sample so report.json's numbers are the sample's), a tiny
+    Llama for text generation (the shared conversion's LiteRT artifact, edgeport's lowering) and a tiny Llama
+    whose .tflite export_hf lowered (test_hf_lowering's shared conversion: its own signature names, an additive
+    float mask, prefill without logits), each with its runtime calls recorded."""
     root = tmp_path_factory.mktemp("android")
     demo = root / "demo"
     result = run_cli("convert", f"{REPO / 'samples' / 'models' / 'tiny_cnn.py'}:build", "-t", "litert", "-q", "int8",
@@ -166,8 +171,11 @@ def converted(tmp_path_factory, llama_generation):
     _, llm = llama_generation  # only read here: renamed copies and recordings go to root
     extra_prompts = [list(range(20, 31)), [7]]
     extra_tokens = record_generation(llm, root / "llm-replay", extra_prompts)
+    hf, hf_report = export_hf_generation   # prefills of 8 and 16: a prompt of 21 tokens, one of 9 (prefill_16 with 8)
+    hf_extra = record_generation(hf, root / "hf-replay", [list(range(20, 41)), [7], list(range(30, 39))])
     return {"root": root, "demo": demo, "llm": llm, "extra_tokens": extra_tokens,
-            "demo_report": read_report(demo), "llm_report": read_report(llm)}
+            "demo_report": read_report(demo), "llm_report": read_report(llm),
+            "hf": hf, "hf_extra_tokens": hf_extra, "hf_report": hf_report}
 
 
 # (job name, DIR, key renamed in manifest.json, what the error must name)
@@ -196,7 +204,8 @@ def kotlin(converted, toolchain):
     jobs = [{"name": "demo", "mode": "forward", "dir": str(converted["demo"]), "replay": str(root / "demo-replay")},
             {"name": "llm", "mode": "generate", "dir": str(converted["llm"]), "replay": str(root / "llm-replay")},
             {"name": "llm-stop", "mode": "generate", "dir": str(converted["llm"]), "replay": str(root / "llm-replay"),
-             "stop": STOP_AT}]
+             "stop": STOP_AT},
+            {"name": "hf", "mode": "generate", "dir": str(converted["hf"]), "replay": str(root / "hf-replay")}]
     for which, old, new, _ in RENAMES:
         copy = renamed_copy(converted[which], root / f"renamed-{old}", old, new)
         mode = "forward" if which == "demo" else "generate"
@@ -274,6 +283,26 @@ def test_kotlin_generation_loop_stops_at_eos(converted, kotlin):
     stop = expected.index(expected[STOP_AT])
     assert result["tokens"] == expected[: stop + 1]
     assert result["calls"] == 1 + stop  # the prefill, then one decode per token after the first
+
+
+def test_kotlin_generation_loop_drives_an_export_hf_artifact(converted, kotlin):
+    """export_hf's .tflite by the manifest's roles alone: `tokens`/`input_pos`/`mask`/`kv_cache_*` fed as
+    input_ids/position_ids/attention_mask/cache_*, its prefill (no logits output) given all but the last
+    prompt token and the last through one decode step, as hf_runner.py does: the replay holds the core to
+    export_hf's exact calls (names, shapes, the additive mask's bytes) and the reference's tokens come out."""
+    manifest = json.loads((converted["hf"] / "manifest.json").read_text())
+    artifact = next(a for a in manifest["generation"]["artifacts"] if (a["target"], a["variant"]) == ("litert", "fp32"))
+    assert artifact["built_by"] == "export_hf"
+    prefill = artifact["signatures"]["prefill_8"]
+    assert {t["name"]: t["role"] for t in prefill["inputs"]}["mask"] == "attention_mask"
+    assert "logits" not in [t["role"] for t in prefill["outputs"]]   # the convention this test is about
+    result = kotlin["hf"]
+    assert result["ok"], result
+    sample = manifest["generation"]["parity_sample"]
+    assert result["tokens"] == [p["tokens"] for p in sample["prompts"]]
+    assert result["matched"] == result["total"] == len(sample["prompts"]) * sample["new_tokens"]
+    # longer than every prefill, one token (no prefill call at all), 9 tokens (8 of them in prefill_16)
+    assert result["extra"] == converted["hf_extra_tokens"]
 
 
 @pytest.mark.parametrize("which,old,new,named", RENAMES, ids=[r[1] for r in RENAMES])

@@ -106,6 +106,7 @@ def test_litert_writes_the_cache_in_place_and_never_repeats_kv_heads(llama):
 
     _, out, report = llama
     row = rows_of(report)[("litert", "fp32")]
+    assert row["built_by"] == "edgeport" and row["lowering_reason"] == "--litert-lowering edgeport"  # pinned: tiny_lm
     assert {"kv_write_dynamic_update_slice", "grouped_query_attention"} <= set(row["rewrites"])
     ops = op_counts(out / row["artifact"])
     assert ops.get("DYNAMIC_UPDATE_SLICE") == 3 * 2 * 2 and "STABLEHLO_SCATTER" not in ops  # signatures x layers x k/v

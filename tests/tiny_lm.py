@@ -127,6 +127,8 @@ def save(model, path: Path, tokenizer: bool = False) -> Path:
 # prefill lengths LENS, CACHE slots, NEW tokens generated for each of PROMPTS judged prompts.
 LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
 GEN_ARGS = (*[a for n in LENS for a in ("--prefill-len", str(n))], "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
-            "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1")
+            "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1", "--litert-lowering", "edgeport")
 GEN_OPTIONS = dict(prefill_lens=list(LENS), cache_len=CACHE, gen_tokens=NEW, samples=PROMPTS,  # the same, for api.convert
-                   target_options={"tpu_topology": ["v5e:1x1"]})
+                   target_options={"tpu_topology": ["v5e:1x1"], "litert_lowering": "edgeport"})
+# LiteRT rows here test edgeport's own lowering (its rewrites, ops, signatures): pinned, so they neither depend on
+# the litert-lm extra being installed nor pay export_hf's tensorflow import; tests/test_hf_lowering.py routes.

@@ -78,6 +78,9 @@ class Converted:
         from edgeport.core.files import artifact_files
 
         return artifact_files(self.artifact, self.files)
+    # True: built from the model's own files (e.g. a library's Hugging Face path), not from the exported
+    # programs, so the shared rewrites applied to those programs are not part of it (the row lists none)
+    from_source: bool = False
     # False: the result depends on something outside the cache key (a compile process that died or timed
     # out, which the machine decides), so it is reported but never stored in the cache
     cacheable: bool = True
@@ -98,6 +101,11 @@ class GenerativeJob:
     notes: list[str] = field(default_factory=list)
     artifact_only: bool = False       # just a runnable artifact (targets may skip extra work such as AOT compiles)
     progress: Callable[[str], None] = field(default=lambda _step: None, repr=False)   # as ConvertJob's
+    # applies the target's rewrite passes to ``programs`` (once; later calls do nothing) and returns their
+    # names: the pipeline calls it before ``convert``, unless the target's ``from_source(job)`` says the
+    # artifact will come from the model's own files, in which case a convert that falls back to the programs
+    # calls it first
+    rewrite: Callable[[], list] = field(default=lambda: [], repr=False)
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,9 @@ class GenerativeSupport:
     convert: Callable[[GenerativeJob], "Converted"]
     load: Callable[[Path, int], Any]
     bundles: tuple[BundleSupport, ...] = ()   # variants a runtime of the target's runs from text, on an option
+    # job -> True when ``convert`` will build this job's artifact from the model's own files (no rewrites
+    # needed up front; see GenerativeJob.rewrite); None: always from the programs
+    from_source: Callable[[GenerativeJob], bool] | None = None
 
     def bundle(self, variant: str) -> BundleSupport | None:
         return next((b for b in self.bundles if b.variant == variant), None)

@@ -19,6 +19,9 @@ class SignatureRunner:
 
     name = "default"
     threads: int = 1
+    # True: prefill feeds also carry ``prompt_len`` (the real tokens of the right-padded prompt), for an
+    # artifact whose prefill returns no logits and answers the last real token's itself (export_hf's .tflite)
+    takes_prompt_len: bool = False
 
     def __init__(self, path: Path, threads: int):
         self.threads = threads

@@ -1,6 +1,11 @@
 """LiteRT for generative models: ONE ``.tflite`` whose signatures are ``prefill_<L>`` per prefill length and
 ``decode``, the weights stored once and shared by every signature.
 
+For a Hugging Face causal LM the fp32 ``.tflite`` is lowered by litert-torch's ``export_hf`` when it takes the
+model (``--litert-lowering``, :mod:`.hf_lowering`; its signatures are driven by :mod:`.hf_runner`), and by
+edgeport's own lowering of the exported programs otherwise, as below; the row says which (``built_by``,
+``lowering_reason``). The quantized variants quantize whichever fp32 ``.tflite`` the run lowered.
+
 The KV cache is explicit state: each signature takes the cache tensors and returns the updated ones, and
 the app passes them back on the next call. litert-torch cannot keep it inside the model as resource
 variables on this path: its conversion drops every non-user output (buffer and input mutations: "not
@@ -39,22 +44,39 @@ def artifact_path(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
+    """fp32 by the chosen lowering (:mod:`.hf_lowering`: export_hf or edgeport's); a quantized variant
+    quantizes that fp32 ``.tflite``, so every LiteRT row of a run comes from one lowering."""
+    from edgeport.targets.litert.hf_lowering import lower
     from edgeport.targets.litert.target import op_counts
 
     fp32 = artifact_path(job.out_dir, "fp32")
+    built_by = reason = None
     if job.variant == "fp32" or not fp32.is_file():
-        _convert_fp32(job, fp32)
+        built_by, reason = lower(job, fp32, _convert_fp32)
     path, details = fp32, {}
     if job.variant != "fp32":
         path = artifact_path(job.out_dir, job.variant)
         _quantize(fp32, path, job.variant)
         if job.variant in BLOCKWISE:
             details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
-    return Converted(path, {"ops": op_counts(path), "built_by": "edgeport",
-                            "kv_cache": "explicit input/output state (no resource variables)", **details})
+        built_by, reason = lowered_by(fp32), f"{job.variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
+            f"; fp32: {reason}" if reason else "")
+    exported_hf = built_by == "export_hf"
+    kv = ("export_hf's: kv_cache_k_<i>/kv_cache_v_<i> in and out beside tokens, input_pos and an additive mask; "
+          "prefill returns no logits" if exported_hf else "explicit input/output state (no resource variables)")
+    return Converted(path, {"ops": op_counts(path), "built_by": built_by, "lowering_reason": reason, "kv_cache": kv,
+                            **details}, from_source=exported_hf)
+
+
+def lowered_by(path: Path) -> str:
+    from edgeport.targets.litert.hf_runner import is_export_hf
+
+    return "export_hf" if is_export_hf(path) else "edgeport"
 
 
 def _convert_fp32(job: GenerativeJob, path: Path) -> None:
+    """edgeport's own lowering of the (rewritten) programs."""
+    job.rewrite()
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     from edgeport.targets._jax import prefer_cpu_backend
 
@@ -126,12 +148,25 @@ def fix_zero_block_scales(path: Path) -> int:
 BITS = {17: 4, 9: 8}  # TensorType INT4 = 17, INT8 = 9: bits per stored weight
 
 
-def load(path: Path, threads: int) -> LiteRTSignatureRunner:
-    return LiteRTSignatureRunner(Path(path), threads)
+def load(path: Path, threads: int):
+    """The runner that speaks the artifact's signatures: export_hf's (:mod:`.hf_runner`) or edgeport's."""
+    from edgeport.targets.litert.hf_runner import ExportHfRunner, is_export_hf
+
+    return (ExportHfRunner if is_export_hf(Path(path)) else LiteRTSignatureRunner)(Path(path), threads)
+
+
+def from_source(job: GenerativeJob) -> bool:
+    """export_hf will build this row's .tflite (or built the fp32 one it quantizes): no rewrites up front."""
+    from edgeport.targets.litert.hf_lowering import will_try
+
+    fp32 = artifact_path(job.out_dir, "fp32")
+    if job.variant != "fp32" and fp32.is_file():
+        return lowered_by(fp32) == "export_hf"
+    return will_try(job)
 
 
 # --litertlm: the .litertlm bundle LiteRT-LM runs (edgeport.targets.litert.litertlm)
 LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="fp32",
                          module="edgeport.targets.litert.litertlm")
 GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
-                               convert=convert, load=load, bundles=(LITERTLM,))
+                               convert=convert, load=load, bundles=(LITERTLM,), from_source=from_source)

@@ -49,11 +49,26 @@ def model_dir(layout: dict) -> Path:
 
 
 def convert(job):
-    """export_hf -> ``out_dir/model.litertlm`` (its work files, the fp32 ``model.tflite`` among them, stay in
-    ``out_dir/export_hf/``)."""
+    """export_hf -> ``out_dir/model.litertlm`` (its work files stay in ``out_dir/export_hf/``). When this run's
+    fp32 row was lowered by export_hf (:mod:`.hf_lowering`), that one call wrote the bundle too: it is taken
+    from there instead of exporting again."""
     from edgeport.targets.base import Converted
+    from edgeport.targets.litert.generate import artifact_path
 
     work = job.out_dir / "export_hf"
+    built = next(work.rglob(BUNDLE), None) if work.is_dir() else None
+    shared = built is not None
+    if built is None:
+        built = _export(job, work)
+    path = job.out_dir / BUNDLE
+    shutil.move(str(built), path)
+    tflite = next(work.rglob("model.tflite"), None) or (artifact_path(job.out_dir, "fp32") if shared else None)
+    return Converted(path, {"built_by": "export_hf", "quantization_recipe": "none",
+                            "runtime": "litert_lm.Engine (CPU)", "export_shared_with_fp32": shared,
+                            "tflite": str(tflite.relative_to(job.out_dir.parent)) if tflite else None})
+
+
+def _export(job, work: Path) -> Path:
     shutil.rmtree(work, ignore_errors=True)
     from litert_torch.generative.export_hf import export as export_hf  # imports tensorflow
 
@@ -64,12 +79,7 @@ def convert(job):
     built = next(work.rglob(BUNDLE), None)
     if built is None:
         raise RuntimeError(f"export_hf wrote no {BUNDLE}")
-    path = job.out_dir / BUNDLE
-    shutil.move(str(built), path)
-    tflite = next(work.rglob("model.tflite"), None)
-    return Converted(path, {"built_by": "export_hf", "quantization_recipe": "none",
-                            "runtime": "litert_lm.Engine (CPU)",
-                            "tflite": str(tflite.relative_to(job.out_dir.parent)) if tflite else None})
+    return built
 
 
 def open_engine(artifact: Path, threads: int):

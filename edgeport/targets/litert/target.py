@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.targets.litert import kernels as litert_kernels, quantize as litert_quant, share as litert_share
+from edgeport.targets.litert import hf_lowering as litert_hf, kernels as litert_kernels
+from edgeport.targets.litert import quantize as litert_quant, share as litert_share
 from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.targets._pt2e import float_filter
 from edgeport.targets.litert.runtime import CompiledModelRunner, LiteRTRunner
@@ -117,7 +118,10 @@ TARGET = Target(
     generation_memory_factor=6.3,   # Qwen3-0.6B shape: 6.23x, weight-int8 judged beside fp32 (bench/LARGE_GENERATION.md)
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),
              TargetOption("litertlm", "litert: also write model.litertlm (LiteRT-LM bundle via litert-torch's "
-                          "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool)),
+                          "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool),
+             TargetOption("litert-lowering", "litert: text-generation .tflite lowered by litert-torch's export_hf or "
+                          "edgeport's own lowering: auto (default: export_hf when installed and it takes the model), "
+                          "export_hf, edgeport", validate=litert_hf.validate)),
     rewrites=("upcast_fp32", "inline_custom_ops", "histc_onehot", "real_dft", "conv_transpose_output_padding",
               "sort_by_rank", "scatter_add_onehot", "grouped_query_attention", "expand_before_transpose",
               "complex_pairs", "kv_write_dynamic_update_slice"),

@@ -86,7 +86,7 @@ def kv_cache_bytes(io: dict) -> int | None:
     """Bytes of the key/value tensors decode takes, as the artifact's runtime holds them."""
     inputs = (io.get("decode") or {}).get("inputs") or []
     sizes = [int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize for t in inputs
-             if t["name"].startswith(("cache_k_", "cache_v_"))]
+             if (t.get("role") or t["name"]).startswith(("cache_k_", "cache_v_"))]
     return sum(sizes) if sizes else None
 
 

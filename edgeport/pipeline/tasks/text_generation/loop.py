@@ -47,8 +47,8 @@ def greedy(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=
         raise ValueError(problem)
     length = prefill_length_for(layout, len(prompt))
     head = prompt[:length]
-    out = runner.run(prefill_name(length), prefill_feeds(layout, length, head))
-    last = np.asarray(out["logits"], np.float32).reshape(length, -1)[len(head) - 1]
+    out = runner.run(prefill_name(length), runner_prefill_feeds(runner, layout, length, head))
+    last = last_logits(out, len(head))
     cache = set_length(cache_of(out, layout), len(head))
     pos = len(head)
     for token in prompt[length:]:
@@ -61,6 +61,23 @@ def greedy(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=
         logits.append(last)
         pos += 1
     return Generation(tokens, np.stack(logits))
+
+
+def runner_prefill_feeds(runner, layout: Layout, length: int, head: list[int]) -> dict:
+    """The layout's prefill feeds, plus ``prompt_len`` (the real tokens) for a runner that asks for it
+    (``takes_prompt_len``: an artifact whose prefill returns no logits answers the last real token's)."""
+    feeds = prefill_feeds(layout, length, head)
+    if getattr(runner, "takes_prompt_len", False):
+        feeds.setdefault("prompt_len", np.array(len(head), np.int64))
+    return feeds
+
+
+def last_logits(out: dict, real: int) -> np.ndarray:
+    """The prompt's last real position's logits: row ``real - 1`` of a prefill's (1, L, V), or the one row
+    a prefill answering only the last position returns."""
+    logits = np.asarray(out["logits"], np.float32)
+    rows = logits.reshape(-1, logits.shape[-1])
+    return rows[real - 1] if len(rows) > 1 else rows[0]
 
 
 def decode_step(runner, layout: Layout, token: int, pos: int, cache: dict) -> tuple[np.ndarray, dict]:
@@ -78,9 +95,8 @@ def timing_feeds(runner, layout: Layout, prompt: list[int]) -> dict[str, dict]:
     feeds = {}
     for length in layout.prefill_lens:
         ids = (prompt * (length // max(1, len(prompt)) + 1))[:length]
-        feeds[prefill_name(length)] = prefill_feeds(layout, length, ids)
+        feeds[prefill_name(length)] = runner_prefill_feeds(runner, layout, length, ids)
     length = prefill_length_for(layout, len(prompt))
     out = runner.run(prefill_name(length), feeds[prefill_name(length)])
-    feeds["decode"] = decode_feeds(layout, int(np.argmax(np.asarray(out["logits"]).reshape(length, -1)[-1])), length,
-                                   cache_of(out, layout))
+    feeds["decode"] = decode_feeds(layout, int(np.argmax(last_logits(out, length))), length, cache_of(out, layout))
     return feeds

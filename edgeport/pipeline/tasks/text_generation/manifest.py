@@ -21,12 +21,19 @@ from pathlib import Path
 from edgeport import __version__
 
 FEEDING = {
+    "roles": "each signature input is fed by its role (an input's role, else its name): input_ids, position_ids, "
+             "attention_mask*, cache_k_<l>/cache_v_<l>, cache_len_<l>; each output's role names the input it feeds "
+             "next; integers and masks in the dtype and shape the signature declares.",
     "prefill_<L>": "input_ids (1, L) right-padded with 0; position_ids 0..L-1; cache_len_<l> 0 (prompt_len, when "
-                   "present, = the real prompt length). Then set every cache_len_<l> output to the real prompt "
-                   "length before the first decode.",
-    "decode": "input_ids (1, 1) = the last token; position_ids (1, 1) = its position pos; each attention_mask* "
-              "(1, 1, 1, S) True (or 0.0 for a float mask) on slots 0..min(pos, S - 1), S its last dimension: C, "
-              "or a sliding layer's ring of W slots (written at pos % W); the cache outputs of the previous call.",
+                   "present, = the real prompt length); a mask: row i allows slots 0..i. Then set every "
+                   "cache_len_<l> output to the real prompt length before the first decode. A prefill with no "
+                   "logits output (export_hf's .tflite) takes only the prompt's first n - 1 tokens (for n = 1 no "
+                   "prefill runs: every cache starts as zeros), right-padded into the same L; the last token then "
+                   "goes through one decode step at position n - 1, whose logits give the first new token.",
+    "decode": "input_ids (1, 1) = the last token; position_ids = its position pos; each attention_mask* "
+              "(1, 1, 1, S) True (or 0.0 for a float mask, float32's lowest number elsewhere) on slots "
+              "0..min(pos, S - 1), S its last dimension: C, or a sliding layer's ring of W slots (written at "
+              "pos % W); the cache outputs of the previous call.",
     "greedy": "next token = argmax of logits (prefill: row len(prompt) - 1); stop at an eos id or a full cache.",
 }
 

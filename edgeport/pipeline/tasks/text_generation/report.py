@@ -7,7 +7,7 @@ from __future__ import annotations
 from edgeport.validate.sections import ReportSection
 
 TITLE = "Text generation (greedy tokens vs the reference; latency vs PyTorch eager with a static cache)"
-HEADERS = ("target", "variant", "tokens matched", "agreement", "first divergence", "logits cos min",
+HEADERS = ("target", "variant", "lowered by", "tokens matched", "agreement", "first divergence", "logits cos min",
            "prefill ms", "decode ms/token", "tokens/s", "vs eager", "KV cache MiB", "peak RSS MiB")
 
 
@@ -18,7 +18,7 @@ def generation_sections(report: dict) -> list[ReportSection]:
     block = report.get("generation") or {}
     eager = block.get("eager")
     if eager:
-        rows.append([block.get("eager_label") or "PyTorch eager", "fp32", "–", "–", "–", "–", prefill_text(eager["prefill_ms"]),
+        rows.append([block.get("eager_label") or "PyTorch eager", "fp32", "–", "–", "–", "–", "–", prefill_text(eager["prefill_ms"]),
                      num(eager["decode_ms_per_token"], ".3f"), num(eager["tokens_per_s"], ".1f"), "1.00×", "–", "–"])
     return [ReportSection("generation", TITLE, HEADERS, rows)]
 
@@ -27,12 +27,18 @@ def cells(row: dict) -> list[str]:
     g = row["generation"]
     div = g.get("first_divergence")
     where = "none" if not div else f"prompt {div['prompt']} step {div['step']}: {div['expected']} → {div['got']}"
-    return [row["target"], row["variant"], f"{g['tokens_matched']}/{g['tokens_total']}", num(g.get("token_agreement"), ".3f"),
+    return [row["target"], row["variant"], lowered(row), f"{g['tokens_matched']}/{g['tokens_total']}", num(g.get("token_agreement"), ".3f"),
             where, num(g.get("logits_cosine_min"), ".6f"), prefill_text(g.get("prefill_ms")),
             num(g.get("decode_ms_per_token"), ".3f"), num(g.get("tokens_per_s"), ".1f"),
             f"{g['vs_eager']:.2f}×" if isinstance(g.get("vs_eager"), (int, float)) else "–",
             num(g["kv_cache_bytes"] / 2**20 if g.get("kv_cache_bytes") else None, ".3f"),
             num(g["peak_rss_bytes"] / 2**20 if g.get("peak_rss_bytes") else None, ".0f")]
+
+
+def lowered(row: dict) -> str:
+    """Which path built the artifact (``built_by``) and, where a target chose between paths, why."""
+    by, why = row.get("built_by"), row.get("lowering_reason")
+    return "–" if not by else f"{by} ({why})" if why else by
 
 
 def prefill_text(prefill: dict | None) -> str:

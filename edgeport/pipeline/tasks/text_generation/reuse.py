@@ -46,15 +46,17 @@ def _weights_sha256(program, seen: dict) -> str:
     return digest.hexdigest()
 
 
-def row_key(target, variant: str, session, rewrites: list[str]) -> str | None:
-    """The cache key of one generation row; None with the cache off or for a bundle variant."""
+def row_key(target, variant: str, session, rewrites: list[str], from_source: bool = False) -> str | None:
+    """The cache key of one generation row; None with the cache off or for a bundle variant. ``from_source``:
+    the target will build from the model's own files (GenerativeSupport.from_source, e.g. a library's own HF
+    route, which depends on an optional library being installed): not the same artifact as from the programs."""
     from edgeport.cache import key_of
     from edgeport.pipeline.reuse import edgeport_id, library_versions
 
     if session.cache is None or target.generation().bundle(variant):
         return None
     options = {o.key: session.target_options.get(o.key) for o in target.options}
-    return key_of({"kind": "generation-row", "programs": session.programs_id(), "rewrites": rewrites,
+    return key_of({"kind": "generation-row", "programs": session.programs_id(), "rewrites": rewrites, "from_source": from_source,
                    "target": target.name, "variant": variant, "options": options,
                    "libraries": library_versions(("torch", "numpy", *target.requires)), "edgeport": edgeport_id()})
 

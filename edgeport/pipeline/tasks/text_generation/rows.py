@@ -28,8 +28,10 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     job = GenerativeJob(dict(session.programs), session.samples, session.layout.to_json(), variant, out_dir,
                         dict(session.target_options), notes=list(session.notes),
                         progress=scoped(session.progress, f"{target.name} {variant}"))
-    convert = lambda: _convert(target, bundle, passes, job, session)  # noqa: E731
-    key = row_key(target, variant, session, passes)
+    support = target.generation()
+    from_source = not bundle and bool(support.from_source and support.from_source(job))
+    convert = lambda: _convert(target, bundle, passes, job, session, from_source)  # noqa: E731
+    key = row_key(target, variant, session, passes, from_source)
     try:
         if key is None:
             row.details["cache"] = "off"
@@ -50,16 +52,26 @@ def tokenizer_files(staging: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
 
 
-def _convert(target, bundle, passes: list[str], job, session):
+def _convert(target, bundle, passes: list[str], job, session, from_source: bool):
     """The conversion itself: the rewrites on each program, then the target's (or the bundle's) converter;
-    the passes applied ride on the result as its rewrites (so a cache hit reports them too)."""
-    if passes:
-        job.programs, applied, notes = rewritten_programs(target, session.programs, session.samples, passes)
-        job.notes.extend(notes)
-    else:
-        applied = []
+    the passes applied ride on the result as its rewrites (so a cache hit reports them too). A target that
+    builds from the model's own files (``GenerativeSupport.from_source``) gets the rewrites only if it falls
+    back to the programs (``job.rewrite``)."""
+    state = {"ran": False, "applied": []}
+
+    def rewrite() -> list[str]:
+        if passes and not state["ran"]:
+            job.programs, state["applied"], notes = rewritten_programs(target, session.programs, session.samples, passes)
+            job.notes.extend(notes)
+        state["ran"] = True
+        return list(state["applied"])
+
+    job.rewrite = rewrite
+    if not bundle and not from_source:
+        rewrite()
     converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
-    converted.rewrites = [*applied, *(r for r in converted.rewrites if r not in applied)]
+    done = [] if converted.from_source else state["applied"]   # not built from the rewritten programs
+    converted.rewrites = [*done, *(r for r in converted.rewrites if r not in done)]
     return converted
 
 

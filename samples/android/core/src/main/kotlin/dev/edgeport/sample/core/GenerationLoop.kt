@@ -2,16 +2,22 @@ package dev.edgeport.sample.core
 
 /**
  * The greedy text-generation loop over an edgeport text-generation artifact: the same bookkeeping as
- * edgeport's own loop (edgeport/generative/loop.py and layout.py), with the tensors named and typed as the
- * artifact's runtime declares them in manifest.json:
+ * edgeport's own loop (edgeport/pipeline/tasks/text_generation/loop.py and layout.py), with the tensors named and
+ * typed as the artifact's runtime declares them in manifest.json, and each input fed by its role (the
+ * manifest's `role`, else its name: `input_ids`, `position_ids`, `attention_mask…`, `cache_…`), so the one loop
+ * drives edgeport's own lowering and litert-torch's export_hf (`tokens`, `input_pos`, `mask`, `kv_cache_…`):
  *
  * - the prompt goes into the smallest `prefill_<L>` that holds it, right-padded with 0, positions 0..L-1,
  *   every cache length 0; a prompt longer than every L fills the longest and its remaining tokens go
  *   through `decode` one by one (their predictions discarded);
  * - after prefill every cache-length tensor is set back to the real prompt length (the padded slots are
  *   masked out and overwritten before they are read);
+ * - a prefill with no `logits` output (export_hf's) takes the prompt's first n - 1 tokens only (none when
+ *   n = 1: the caches start as zeros), still in that `prefill_<L>`, and the last token goes through one
+ *   `decode` step at position n - 1 whose logits give the first token (edgeport/targets/litert/hf_runner.py);
  * - `decode` takes the last token, its slot position, a mask allowing slots 0..pos, and the cache: every
  *   output whose `role` names an input feeds that input on the next call;
+ * - a float mask is additive: 0 where allowed, float32's lowest number elsewhere (a bool mask: true/false);
  * - next token = argmax of the logits (prefill: the prompt's last row); stop at a stop id or `maxNewTokens`.
  */
 class GenerationLoop(private val generation: Generation, artifact: GenerationArtifact, private val runner: ModelRunner) {
@@ -22,13 +28,18 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
     /** How many times each signature was called, for tokens/s and for the tests. */
     val calls = mutableMapOf<String, Int>()
 
+    /** False for export_hf's prefill, which returns only the caches: the prompt's last token then goes through decode. */
+    val prefillHasLogits: Boolean
+
     init {
         require(generation.prefillLens.isNotEmpty()) { "manifest.json lists no prefill lengths" }
         for (name in generation.prefillLens.map(::prefillName) + DECODE) {
-            val io = signature(name)
-            io.outputs.firstOrNull { it.role == null }?.let { throw IllegalArgumentException("signature $name: output ${it.name} has no role") }
-            require(io.outputs.any { it.role == LOGITS }) { "signature $name has no output with role $LOGITS" }
+            signature(name).outputs.firstOrNull { it.role == null }?.let { throw IllegalArgumentException("signature $name: output ${it.name} has no role") }
         }
+        require(signature(DECODE).outputs.any { it.role == LOGITS }) { "signature $DECODE has no output with role $LOGITS" }
+        val withLogits = generation.prefillLens.map { signature(prefillName(it)).outputs.any { o -> o.role == LOGITS } }
+        require(withLogits.distinct().size == 1) { "some prefill signatures have a $LOGITS output and some do not" }
+        prefillHasLogits = withLogits.first()
     }
 
     fun prefillLengthFor(promptLen: Int): Int = generation.prefillLens.firstOrNull { it >= promptLen } ?: generation.prefillLens.last()
@@ -42,9 +53,7 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
         }
         val length = prefillLengthFor(prompt.size)
         val head = prompt.take(length)
-        val prefill = call(prefillName(length), prefillFeeds(length, head))
-        var logits = row(logitsOf(prefill), head.size - 1)
-        var cache = cacheOf(prefill).mapValues { (name, t) -> if (name in lengthInputs) filled(t, head.size) else t }
+        var (logits, cache) = prefill(length, head)
         var pos = head.size
         for (token in prompt.drop(length)) {
             val out = call(DECODE, decodeFeeds(token, pos, cache))
@@ -58,6 +67,22 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
         return tokens
     }
 
+    /** The logits of the prompt's last real position and the cache after `head` (at most `length` tokens). */
+    private fun prefill(length: Int, head: List<Int>): Pair<FloatArray, Map<String, Tensor>> {
+        if (prefillHasLogits) {
+            val out = call(prefillName(length), prefillFeeds(length, head))
+            return row(logitsOf(out), head.size - 1) to cacheOf(out).mapValues { (role, t) -> if (role in lengthInputs) filled(t, head.size) else t }
+        }
+        var cache = zeroCache()
+        if (head.size > 1) cache = cacheOf(call(prefillName(length), prefillFeeds(length, head.dropLast(1), cache)))
+        val out = call(DECODE, decodeFeeds(head.last(), head.size - 1, cache))
+        return row(logitsOf(out), 0) to cacheOf(out)
+    }
+
+    /** Every cache input of decode as zeros, by role: the state before export_hf's first call. */
+    private fun zeroCache(): Map<String, Tensor> = signature(DECODE).inputs.filter { roleOf(it).startsWith(CACHE) }
+        .associate { roleOf(it) to Tensor(it.dtype, it.shape, ByteArray(it.count() * Tensor.itemSize(it.dtype))) }
+
     private fun signature(name: String): SignatureIO =
         signatures[name] ?: throw IllegalArgumentException("the artifact has no signature $name (it has ${signatures.keys})")
 
@@ -65,19 +90,21 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
         calls[name] = (calls[name] ?: 0) + 1
         val outputs = signature(name).outputs
         val got = runner.run(name, feeds, outputs)
-        // keyed by role from here on: the name the next call's input has
+        // keyed by role from here on: the role the next call's input is fed as
         return outputs.associate { out -> out.role!! to (got[out.name] ?: throw IllegalStateException("$name returned no ${out.name}")) }
     }
 
-    private fun prefillFeeds(length: Int, ids: List<Int>): Map<String, Tensor> = signature(prefillName(length)).inputs.associate { input ->
-        input.name to when {
-            input.name == INPUT_IDS -> ints(input, IntArray(length) { if (it < ids.size) ids[it] else 0 })
-            input.name == POSITION_IDS -> ints(input, IntArray(length) { it })
-            input.name in lengthInputs -> ints(input, IntArray(input.count()))
-            isMask(input.name) -> mask(input, prefillAllowed(input, length))
-            else -> throw IllegalArgumentException("prefill input ${input.name} has no known role")
+    private fun prefillFeeds(length: Int, ids: List<Int>, cache: Map<String, Tensor> = emptyMap()): Map<String, Tensor> =
+        signature(prefillName(length)).inputs.associate { input ->
+            val role = roleOf(input)
+            input.name to when {
+                role == INPUT_IDS -> ints(input, IntArray(length) { if (it < ids.size) ids[it] else 0 })
+                role == POSITION_IDS -> ints(input, IntArray(length) { it })
+                role in lengthInputs -> ints(input, IntArray(input.count()))
+                isMask(role) -> mask(input, prefillAllowed(input, length))
+                else -> cache[role] ?: throw IllegalArgumentException("prefill input ${input.name} has no known role")
+            }
         }
-    }
 
     /** A prefill that takes a mask: a 2-D padding mask of ones, or a causal mask over the slots (row i sees 0..i). */
     private fun prefillAllowed(input: RuntimeTensor, length: Int): BooleanArray =
@@ -85,11 +112,12 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
         else BooleanArray(length * generation.cacheLen) { i -> i % generation.cacheLen <= i / generation.cacheLen }
 
     private fun decodeFeeds(token: Int, pos: Int, cache: Map<String, Tensor>): Map<String, Tensor> = signature(DECODE).inputs.associate { input ->
+        val role = roleOf(input)
         input.name to when {
-            input.name == INPUT_IDS -> ints(input, intArrayOf(token))
-            input.name == POSITION_IDS -> ints(input, intArrayOf(pos))
-            isMask(input.name) -> mask(input, BooleanArray(generation.cacheLen) { it <= pos })
-            else -> cache[input.name] ?: throw IllegalArgumentException("decode input ${input.name} has no known role")
+            role == INPUT_IDS -> ints(input, intArrayOf(token))
+            role == POSITION_IDS -> ints(input, intArrayOf(pos))
+            isMask(role) -> mask(input, BooleanArray(generation.cacheLen) { it <= pos })
+            else -> cache[role] ?: throw IllegalArgumentException("decode input ${input.name} has no known role")
         }
     }
 
@@ -108,7 +136,7 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
 
     private fun ints(input: RuntimeTensor, values: IntArray): Tensor = Tensor.ofInts(input.dtype, input.shape, values)
 
-    /** A "may attend" pattern in the mask's own form: bool as is, float as additive (0 or float32's lowest). */
+    /** A "may attend" pattern in the mask's own form: bool as is, float as additive (0 where allowed, float32's lowest elsewhere). */
     private fun mask(input: RuntimeTensor, allowed: BooleanArray): Tensor {
         require(allowed.size == input.count()) { "mask ${input.name} ${input.shape} does not hold ${allowed.size} slots" }
         return when (input.dtype) {
@@ -123,6 +151,10 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
         const val LOGITS = "logits"
         const val INPUT_IDS = "input_ids"
         const val POSITION_IDS = "position_ids"
+        const val CACHE = "cache_"
+
+        /** What an input is fed: its role when the manifest names one (export_hf's tensors), else its name. */
+        fun roleOf(input: RuntimeTensor): String = input.role ?: input.name
 
         fun prefillName(length: Int) = "prefill_$length"
 

@@ -46,7 +46,8 @@ data class Artifact(
     @SerialName("parity_sample") val paritySample: String?,  // null: no sample this artifact can take
 )
 
-/** A tensor as the artifact's runtime sees it; `role` (generation outputs) names the input it feeds next. */
+/** A tensor as the artifact's runtime sees it; `role` (generation signatures): an output's names the input it
+ * feeds next, an input's the role it is fed as (when not its name). */
 @Serializable
 data class RuntimeTensor(
     val name: String,
@@ -85,9 +86,11 @@ data class SampleTensor(val name: String, val file: String, val shape: List<Int>
 
 /**
  * manifest.json's `generation` section: how to drive a text-generation artifact. Each artifact has
- * signatures `prefill_<L>` (one per prefill length) and `decode`; inputs are named by their role
- * (`input_ids`, `position_ids`, `attention_mask…`, `cache_k_<l>`, `cache_v_<l>`, `cache_len_<l>`) and
- * each output's `role` names the input it feeds on the next call.
+ * signatures `prefill_<L>` (one per prefill length) and `decode`; each input plays a role (`input_ids`,
+ * `position_ids`, `attention_mask…`, `cache_k_<l>`, `cache_v_<l>`, `cache_len_<l>`): its `role` when its
+ * name differs (export_hf's `tokens`, `input_pos`, `mask`, `kv_cache_k_<i>`), else its name; each output's
+ * `role` names the input it feeds on the next call. A prefill without a `logits` output is export_hf's
+ * (GenerationLoop then runs the prompt's last token through decode).
  */
 @Serializable
 data class Generation(

@@ -1,0 +1,142 @@
+"""Which path lowers a Hugging Face causal LM's LiteRT text-generation ``.tflite``: litert-torch's own
+``export_hf`` (``litert_torch.generative.export_hf``, the well-kept library for this job) or edgeport's lowering
+of its exported prefill/decode programs (:mod:`edgeport.targets.litert.generate`).
+
+``--litert-lowering auto`` (the default) takes export_hf when it can and edgeport's lowering otherwise:
+measured on the same model in the same run, export_hf's fp32 ``.tflite`` is token-exact and faster
+(bench/GENERATION.md). export_hf is not taken, and the row says why (``lowering_reason``), when:
+
+- it is not installed: it imports ``tensorflow`` (the ``litert-lm`` extra, tensorflow-cpu), which only this
+  route imports, and only when it runs (never at ``convert`` start-up);
+- the source is not a local Hugging Face directory, or it has no tokenizer (export_hf reads the checkpoint and
+  loads the tokenizer itself);
+- the layout uses ring caches (a sliding-window model with a cache longer than its window): export_hf's
+  cache and mask span the whole cache for every layer;
+- export_hf raises (a model type or option it does not handle, no tokenizer, ...), or writes signatures
+  that do not match the layout (prefill lengths, cache length, layers).
+
+``--litert-lowering export_hf`` makes any of these the row's error; ``edgeport`` never tries export_hf.
+Either way the artifact is judged by edgeport like every other row: greedy tokens against PyTorch, logits
+budget, latency (through :class:`~edgeport.targets.litert.hf_runner.ExportHfRunner`).
+
+With ``--litertlm`` the same export_hf call also writes the ``.litertlm`` bundle (``bundle_litert_lm``), which
+the bundle row then takes (:func:`edgeport.targets.litert.litertlm.convert`): one export, not two.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from edgeport.errors import UsageError
+
+OPTION = "litert_lowering"
+CHOICES = ("auto", "export_hf", "edgeport")
+WORK = "export_hf"          # out_dir/export_hf/: export_hf's work files (the bundle's, with --litertlm)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")   # what AutoTokenizer reads
+INSTALL = "pip install 'edgeport[litert-lm]'"
+
+
+def validate(value) -> None:
+    """Plan time: a known choice; ``export_hf`` asked for needs it installed."""
+    if value not in CHOICES:
+        raise UsageError(f"--litert-lowering {value!r}: choose one of {', '.join(CHOICES)}")
+    if value == "export_hf" and not installed():
+        raise UsageError(f"--litert-lowering export_hf needs tensorflow-cpu and litert-torch: {INSTALL}")
+
+
+def installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("tensorflow", "litert_torch"))
+
+
+def model_dir(layout: dict) -> Path | None:
+    spec = layout.get("model") or ""
+    where = Path(spec[3:]) if spec.startswith("hf:") else None
+    return where if where is not None and (where / "config.json").is_file() else None
+
+
+def refusal(layout: dict) -> str | None:
+    """Why export_hf cannot take this model before trying it (None: try it)."""
+    if not installed():
+        return f"export_hf is not installed ({INSTALL})"
+    if model_dir(layout) is None:
+        return f"export_hf reads a local Hugging Face directory; the source is {layout.get('model')!r}"
+    if not any((model_dir(layout) / f).is_file() for f in TOKENIZER_FILES):
+        return f"export_hf loads the model's tokenizer, and the model directory has none ({' or '.join(TOKENIZER_FILES)})"
+    ring = [c["name"] for c in layout.get("cache", []) if c["kind"] != "length" and c["shape"][2] != layout["cache_len"]]
+    if ring:
+        return (f"ring caches for sliding-window layers ({ring[0]}, ...: cache longer than the window), which "
+                "export_hf's whole-cache mask does not express")
+    return None
+
+
+def will_try(job) -> bool:
+    """export_hf is asked for or may take the model (cheap: no import); it may still refuse it."""
+    return (job.options.get(OPTION) or "auto") != "edgeport" and refusal(job.layout) is None
+
+
+def lower(job, dst: Path, edgeport_lowering) -> tuple[str, str]:
+    """Write the fp32 ``.tflite`` at ``dst`` by the chosen path; (built_by, lowering_reason).
+    ``edgeport_lowering(job, dst)`` is edgeport's own."""
+    choice = job.options.get(OPTION) or "auto"
+    if choice == "edgeport":
+        edgeport_lowering(job, dst)
+        return "edgeport", "--litert-lowering edgeport"
+    why = refusal(job.layout)
+    if why is None:
+        try:
+            export(job, dst)
+            return "export_hf", ("--litert-lowering export_hf" if choice == "export_hf"
+                                 else "auto: export_hf lowers this Hugging Face causal LM")
+        except Exception as exc:
+            from edgeport.diagnostics import first_line
+
+            dst.unlink(missing_ok=True)
+            shutil.rmtree(job.out_dir / WORK, ignore_errors=True)
+            if choice == "export_hf":
+                raise
+            why = f"export_hf refused the model: {first_line(exc)}"
+    if choice == "export_hf":
+        raise RuntimeError(f"--litert-lowering export_hf: {why}")
+    edgeport_lowering(job, dst)
+    return "edgeport", f"auto: {why}"
+
+
+def export(job, dst: Path) -> None:
+    """export_hf (fp32: ``quantization_recipe="none"``; its default is dynamic int8) into ``out_dir/export_hf``,
+    its ``model.tflite`` moved to ``dst``; with ``--litertlm`` the bundle stays there for the bundle row."""
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    layout, bundle = job.layout, bool(job.options.get("litertlm"))
+    work = job.out_dir / WORK
+    shutil.rmtree(work, ignore_errors=True)
+    job.progress("export_hf (litert-torch's Hugging Face path)")
+    from litert_torch.generative.export_hf import export as export_hf  # imports tensorflow
+
+    export_hf.export(str(model_dir(layout)), str(work), prefill_lengths=list(layout["prefill_lens"]),
+                     cache_length=int(layout["cache_len"]), quantization_recipe="none", keep_temporary_files=True,
+                     bundle_litert_lm=bundle)
+    built = next(work.rglob("model.tflite"), None)
+    if built is None:
+        raise RuntimeError("export_hf wrote no model.tflite")
+    check_signatures(built, layout)
+    shutil.move(str(built), dst)
+    if not bundle:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_signatures(path: Path, layout: dict) -> None:
+    """export_hf's signatures hold what the layout asks for: every prefill length, decode, the cache length
+    and one key/value cache per layer of the layout."""
+    from edgeport.targets.litert.hf_runner import KV, signature_inputs
+
+    signatures = signature_inputs(path)
+    wanted = [f"prefill_{n}" for n in layout["prefill_lens"]] + ["decode"]
+    missing = [s for s in wanted if s not in signatures]
+    if missing:
+        raise RuntimeError(f"export_hf wrote no {missing[0]} signature (it has {', '.join(sorted(signatures))})")
+    kv = sorted(n.removeprefix(KV) for n in signatures["decode"] if n.startswith(KV))
+    ours = sorted(f"{c['name'].split('_')[1]}_{c['layer']}" for c in layout.get("cache", []) if c["kind"] != "length")
+    if kv != ours:
+        raise RuntimeError(f"export_hf's caches ({len(kv)}) are not the model's key/value layers ({len(ours)})")
