@@ -29,12 +29,33 @@ def pytest_collection_modifyitems(items) -> None:
 REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
 
-def run_cli(*args, cwd: Path | None = None, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args, cwd: Path | None = None, timeout: int = 600, env: dict | None = None,
+            fresh: bool = False) -> subprocess.CompletedProcess:
+    """``python -m edgeport ARGS`` as a user runs it: a new process (forked from this worker's prewarmed
+    server, tests/prewarmed.py, unless ``fresh`` or the environment asks for a real interpreter start)."""
     env = dict(env or os.environ)
     inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []  # e.g. where Ray is installed
     env = {**env, "PYTHONPATH": os.pathsep.join([str(REPO), *inherited]), "COLUMNS": "200"}
+    server = None if fresh or os.environ.get("EDGEPORT_TEST_FRESH_CLI") else _prewarmed(env)
+    if server is not None and server.serves(env):
+        return server.run([str(a) for a in args], cwd, env, timeout)
     return subprocess.run([sys.executable, "-m", "edgeport", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+_SERVER = []
+
+
+def _prewarmed(env: dict):
+    """This worker's prewarmed CLI server, started by the first call (with that call's environment)."""
+    if not _SERVER:
+        import atexit
+
+        from prewarmed import Server
+
+        _SERVER.append(Server(env))
+        atexit.register(_SERVER[0].stop)
+    return _SERVER[0]
 
 
 def convert_in_process(model: str, out: Path, targets, cache: Path | None = None, **options):
