@@ -117,7 +117,8 @@ class Server:
         self.env = dict(env)
         to_server, self._requests = os.pipe()
         self._answers, from_server = os.pipe()
-        log = open(os.path.join(tempfile.gettempdir(), f"edgeport-prewarmed-{os.getpid()}.log"), "w")
+        self.log = Path(tempfile.gettempdir(), f"edgeport-prewarmed-{os.getpid()}.log")   # kept if not empty
+        log = open(self.log, "w")
         code = f"import sys; sys.path[0] = {str(Path(__file__).resolve().parents[1])!r}; " \
                f"from tests.prewarmed import _serve; _serve({to_server}, {from_server})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_server, from_server), env=self.env,
@@ -176,3 +177,5 @@ class Server:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        if self.log.is_file() and self.log.stat().st_size == 0:
+            self.log.unlink()
