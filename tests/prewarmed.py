@@ -32,17 +32,32 @@ from pathlib import Path
 PRELOAD = ("numpy", "torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes",
            "onnxruntime", "onnxscript", "torch.onnx", "transformers", "rich.console", "typer", "jsonschema",
            "edgeport.cli")
+# A run for these targets imports their converters too: the server for such a run has them loaded already.
+# (Never the TPU target's torchax: edgeport exports before it is imported, and a loaded torchax would register
+# its device with torch first.)
+TARGET_PRELOAD = {"litert": ("litert_torch", "ai_edge_litert.interpreter"),
+                  "executorch": ("executorch.exir", "executorch.runtime")}
+DEFAULT_TARGET = "litert"   # edgeport's, when convert/check get no -t
 # Environment read while those libraries import: a call that changes one of these gets a real subprocess.
 IMPORT_TIME_ENV = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "OPENBLAS", "ORT_", "HF_", "TRANSFORMERS",
                    "PYTHON", "LD_", "CUDA", "JAX_", "XLA_", "TF_", "TOKENIZERS")
 
 
-def _serve(proto_in: int, proto_out: int) -> None:
+def preload_for(args: list[str]) -> tuple[str, ...]:
+    """The targets (of TARGET_PRELOAD) a CLI call converts or checks for: the extra modules its server loads."""
+    if not args or args[0] not in ("convert", "check"):
+        return ()
+    named = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-t", "--target")]
+    named += [a.split("=", 1)[1] for a in args if a.startswith("--target=")]
+    return tuple(sorted(set(named or [DEFAULT_TARGET]) & set(TARGET_PRELOAD)))
+
+
+def _serve(proto_in: int, proto_out: int, targets: tuple[str, ...]) -> None:
     """The server loop: one JSON request per line on ``proto_in``; for each, fork, answer the child's pid,
     wait for it, answer its exit code."""
     import importlib
 
-    for name in PRELOAD:
+    for name in PRELOAD + tuple(m for t in targets for m in TARGET_PRELOAD[t]):
         importlib.import_module(name)
     reader = os.fdopen(proto_in, "r")
     writer = os.fdopen(proto_out, "w", buffering=1)
@@ -111,16 +126,16 @@ def _exit_code(code) -> int:
 
 
 class Server:
-    """The per-worker server; started on first use, stopped at exit."""
+    """A per-worker server (one per set of preloaded targets); started on first use, stopped at exit."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, targets: tuple[str, ...] = ()):
         self.env = dict(env)
         to_server, self._requests = os.pipe()
         self._answers, from_server = os.pipe()
-        self.log = Path(tempfile.gettempdir(), f"edgeport-prewarmed-{os.getpid()}.log")   # kept if not empty
+        self.log = Path(tempfile.gettempdir(), f"edgeport-prewarmed-{os.getpid()}-{'-'.join(targets)}.log")
         log = open(self.log, "w")
         code = f"import sys; sys.path[0] = {str(Path(__file__).resolve().parents[1])!r}; " \
-               f"from tests.prewarmed import _serve; _serve({to_server}, {from_server})"
+               f"from tests.prewarmed import _serve; _serve({to_server}, {from_server}, {targets!r})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_server, from_server), env=self.env,
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         os.close(to_server)
@@ -177,5 +192,5 @@ class Server:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        if self.log.is_file() and self.log.stat().st_size == 0:
-            self.log.unlink()
+        if self.proc.returncode == 0:   # the imports' own noise; kept when the server failed
+            self.log.unlink(missing_ok=True)
