@@ -31,12 +31,36 @@ def pytest_collection_modifyitems(items) -> None:
 REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
 
-def run_cli(*args, cwd: Path | None = None, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args, cwd: Path | None = None, timeout: int = 600, env: dict | None = None,
+            fresh: bool = False) -> subprocess.CompletedProcess:
+    """``python -m edgeport ARGS`` as a user runs it: a new process (forked from this worker's prewarmed
+    server, tests/prewarmed.py, unless ``fresh`` or the environment asks for a real interpreter start)."""
     env = dict(env or os.environ)
     inherited = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []  # e.g. where Ray is installed
     env = {**env, "PYTHONPATH": os.pathsep.join([str(REPO), *inherited]), "COLUMNS": "200"}
+    args = [str(a) for a in args]
+    server = None if fresh or os.environ.get("EDGEPORT_TEST_FRESH_CLI") else _prewarmed(env, args)
+    if server is not None and server.serves(env):
+        return server.run(args, cwd, env, timeout)
     return subprocess.run([sys.executable, "-m", "edgeport", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+_SERVERS = {}
+
+
+def _prewarmed(env: dict, args: list[str]):
+    """This worker's prewarmed CLI server for the targets ``args`` name, started by the first such call (with
+    that call's environment)."""
+    from prewarmed import Server, preload_for
+
+    targets = preload_for(args)
+    if targets not in _SERVERS:
+        import atexit
+
+        _SERVERS[targets] = Server(env, targets)
+        atexit.register(_SERVERS[targets].stop)
+    return _SERVERS[targets]
 
 
 def convert_in_process(model: str, out: Path, targets, cache: Path | None = None, **options):
@@ -138,15 +162,14 @@ def shared_output(tmp_path_factory, name: str, build) -> Path:
 
 @pytest.fixture(scope="session")
 def llama_generation(tmp_path_factory):
-    """A tiny Llama (tokenizer included) converted with --task text-generation for EVERY generative target, with
-    latency: (model dir, DIR). test_generative judges it and the Android contract replays its LiteRT artifact,
-    so it converts once per session (its own empty conversion cache), in process."""
+    """A tiny Llama (tokenizer included) converted with --task text-generation for the generative targets
+    (tiny_lm.shared_targets), with latency: (model dir, DIR). test_generative judges it and the Android contract
+    replays its LiteRT artifact, so it converts once per session (its own empty conversion cache), in process."""
     import tiny_lm
-    from edgeport.targets import registry
 
     def build(root: Path) -> None:
         model_dir = tiny_lm.save(tiny_lm.build("llama"), root / "llama", tokenizer=True)
-        targets = [t.name for t in registry.all_targets() if t.generative]
+        targets = tiny_lm.shared_targets()
         result = convert_in_process(f"hf:{model_dir}", root / "dist", targets, cache=root / "cache", **tiny_lm.GEN_OPTIONS)
         assert result.exit_code == 0, [(r["target"], r.get("error")) for r in result.report["targets"]]
 

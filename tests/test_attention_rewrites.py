@@ -143,10 +143,12 @@ def test_complex_pairs_leave_an_unknown_complex_op_alone():
     assert R.apply_rewrites(program, (x,), ["complex_pairs"]).applied == []
 
 
-def test_complex_rope_converts_on_every_target(tmp_path):
+def test_complex_rope_converts_on_the_targets_that_need_the_rewrite(tmp_path):
+    """LiteRT and ONNX refuse complex tensors without complex_pairs; TPU takes them as they are (every target:
+    the slow test_complex_rope_llm_generates_token_exact_on_every_target)."""
     out = tmp_path / "out"
-    result = run_cli("convert", f"{MODELS}:complex_rope", "-t", "litert", "-t", "onnx", "-t", "tpu",
-                     "--tpu-topology", "v5e:1x1", "--no-latency", "--out", out)
+    result = run_cli("convert", f"{MODELS}:complex_rope", "-t", "litert", "-t", "onnx", "--no-latency",
+                     "--samples", "4", "--out", out)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {r["target"]: r for r in read_report(out)["targets"]}
     assert all(r["status"] == "ok" and r["parity"]["max_rel_err"] < 1e-5 for r in rows.values()), rows

@@ -274,6 +274,7 @@ def test_a_planted_entry_is_a_miss_not_an_error(tmp_path, damage):
     assert cache.get(key, dest) is None and list(dest.iterdir()) == []
 
 
+@pytest.mark.slow  # make test: test_tpu.py::test_compile_abort_fails_its_topology_not_the_run reruns and hits v5e:1x1
 def test_tpu_compiles_are_cached_per_topology(tmp_path):
     topo = lambda *names: [a for n in names for a in ("--tpu-topology", n)]  # noqa: E731
     first = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", *topo("v5e:1x1"), "--out", tmp_path / "a", *FAST)

@@ -1,8 +1,8 @@
 """Generative models end to end: tiny causal LMs (built here, saved with save_pretrained) converted with
 --task text-generation for every target, judged by the tokens they generate.
 
-The default suite converts one family (Llama) for every target ONCE (conftest's llama_generation, which the
-Android contract test replays too) and checks
+The default suite converts one family (Llama) for every target but ExecuTorch ONCE (conftest's
+llama_generation, which the Android contract test replays too; ExecuTorch's generation tests are test_executorch's) and checks
 everything on it: token-exact greedy generation, signatures, manifest, `generate`, `validate` catching a
 corrupted decode graph with the right first divergence, bad input. The other families, the quantized
 variants and LiteRT's one-kv-head exactness are `slow` (pytest -m slow tests/test_generative.py):
@@ -47,7 +47,8 @@ def test_every_target_generates_the_reference_tokens(llama):
     eager = report["generation"]["eager"]
     assert set(eager["prefill_ms"]) == {"4", "8"} and eager["decode_ms_per_token"] > 0
     kv_bytes = 2 * 2 * (1 * 2 * CACHE * 16) * 4  # layers x (k, v) x (1, kv_heads, C, head_dim) x float32
-    for target in TARGETS:
+    assert {r["target"] for r in report["targets"]} == set(tiny_lm.shared_targets())
+    for target in tiny_lm.shared_targets():
         row = rows_of(report)[(target, "fp32")]
         g = row["generation"]
         assert row["status"] == "ok" and row["parity"]["passed"], row.get("error")

@@ -110,7 +110,12 @@ def test_an_artifact_that_computes_something_else_fails_parity(monkeypatch, tmp_
     assert result.exit_code == 1 and row["status"] == "failed" and row["error"].startswith("parity:")
 
 
-@pytest.mark.parametrize("name", TARGETS)
+# Localization converts the model again for each bisection step: a minute per target on 2 cores. The search is
+# the pipeline's, the same for every target; `make test` runs it on one target, `make test-slow` on all.
+LOCALIZE_FAST = "onnx"
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == LOCALIZE_FAST else pytest.mark.slow) for n in TARGETS])
 def test_localization_finds_the_planted_layer_in_a_multi_output_model(monkeypatch, tmp_path, name):
     with_program_change(monkeypatch, name, wrong_tanh)
     result = api.convert(api.convert_options(model=f"{MODELS}:two_heads", out=tmp_path / "out", targets=[name],

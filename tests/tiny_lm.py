@@ -123,8 +123,20 @@ def save(model, path: Path, tokenizer: bool = False) -> Path:
     return path
 
 
-# The shared text-generation conversion (tests/conftest.py: llama_generation): Llama on every generative target,
-# prefill lengths LENS, CACHE slots, NEW tokens generated for each of PROMPTS judged prompts.
+# The shared text-generation conversion (tests/conftest.py: llama_generation): Llama on every generative target
+# but ExecuTorch (its XNNPACK lowering of three methods was 40% of this conversion; test_executorch's own
+# `make test-slow` tests generate with its .pte, and so does test_generative's family matrix), prefill lengths
+# LENS, CACHE slots, NEW tokens generated for each of PROMPTS judged prompts.
+SHARED_SKIPS = ("executorch",)
+
+
+def shared_targets() -> list[str]:
+    from edgeport.targets import registry
+
+    return [t.name for t in registry.all_targets() if t.generative and t.name not in SHARED_SKIPS]
+
+
+
 LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
 GEN_ARGS = (*[a for n in LENS for a in ("--prefill-len", str(n))], "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
             "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1", "--litert-lowering", "edgeport")

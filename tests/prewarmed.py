@@ -1,0 +1,196 @@
+"""``edgeport`` CLI runs for the tests without paying the imports each time.
+
+Most of the suite's CLI calls (``conftest.run_cli``) are there for what a user sees: the exit code, stderr,
+the terminal lines. A fresh ``python -m edgeport`` spends 2-5 CPU-seconds importing torch, its export
+machinery, onnxruntime and transformers before it reads its arguments, and the suite makes a few hundred such
+calls on two cores. Here one server process per test worker imports those libraries once (and runs
+nothing: no thread pool, no model), then forks a child per call. The child is a new process like a real
+run: its own pid and session, the call's cwd, environment, argv and stdin/stdout/stderr (files, so the
+terminal checks see a non-terminal as in CI), ``python -m edgeport`` run by ``runpy`` so ``__main__`` and
+the program name are what ``-m`` gives, the atexit hooks run at the end, and a timeout kills its whole
+process group. Only the imports are shared.
+
+A call falls back to a real subprocess when its environment changes a variable read while those libraries
+import (``IMPORT_TIME_ENV``), or when the test asks for one (``fresh=True``: tests about what start-up imports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# What every edgeport run that touches a model imports: torch and its export machinery, numpy, ONNX's
+# exporter and runtime, transformers' top level. Not the target converters that register ops or devices
+# with torch when imported (litert_torch, torchax, executorch): a run that does not ask for them must not
+# have them.
+PRELOAD = ("numpy", "torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes",
+           "onnxruntime", "onnxscript", "torch.onnx", "transformers", "rich.console", "typer", "jsonschema",
+           "edgeport.cli")
+# A run for these targets imports their converters too: the server for such a run has them loaded already.
+# (Never the TPU target's torchax: edgeport exports before it is imported, and a loaded torchax would register
+# its device with torch first.)
+TARGET_PRELOAD = {"litert": ("litert_torch", "ai_edge_litert.interpreter"),
+                  "executorch": ("executorch.exir", "executorch.runtime")}
+DEFAULT_TARGET = "litert"   # edgeport's, when convert/check get no -t
+# Environment read while those libraries import: a call that changes one of these gets a real subprocess.
+IMPORT_TIME_ENV = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "OPENBLAS", "ORT_", "HF_", "TRANSFORMERS",
+                   "PYTHON", "LD_", "CUDA", "JAX_", "XLA_", "TF_", "TOKENIZERS")
+
+
+def preload_for(args: list[str]) -> tuple[str, ...]:
+    """The targets (of TARGET_PRELOAD) a CLI call converts or checks for: the extra modules its server loads."""
+    if not args or args[0] not in ("convert", "check"):
+        return ()
+    named = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-t", "--target")]
+    named += [a.split("=", 1)[1] for a in args if a.startswith("--target=")]
+    return tuple(sorted(set(named or [DEFAULT_TARGET]) & set(TARGET_PRELOAD)))
+
+
+def _serve(proto_in: int, proto_out: int, targets: tuple[str, ...]) -> None:
+    """The server loop: one JSON request per line on ``proto_in``; for each, fork, answer the child's pid,
+    wait for it, answer its exit code."""
+    import importlib
+
+    for name in PRELOAD + tuple(m for t in targets for m in TARGET_PRELOAD[t]):
+        importlib.import_module(name)
+    reader = os.fdopen(proto_in, "r")
+    writer = os.fdopen(proto_out, "w", buffering=1)
+    writer.write("ready\n")
+    for line in reader:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            os.close(proto_in)
+            os.close(proto_out)
+            _child(request)
+        writer.write(f"{pid}\n")
+        _, status = os.waitpid(pid, 0)
+        writer.write(f"{os.waitstatus_to_exitcode(status)}\n")
+
+
+def _child(request: dict) -> None:
+    """In the forked child: become the requested run, run ``python -m edgeport``, exit with its code."""
+    import atexit
+    import runpy
+    import traceback
+
+    os.setsid()
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_TRUNC),
+                            (2, request["stderr"], os.O_WRONLY | os.O_TRUNC)):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
+    sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[0] = os.getcwd()   # what `python -m` puts first
+    for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(1, entry)
+    sys.argv = ["edgeport", *request["args"]]
+    code = 0
+    try:
+        runpy.run_module("edgeport", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except BaseException:   # as the interpreter would: the traceback on stderr, exit 1
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+class Server:
+    """A per-worker server (one per set of preloaded targets); started on first use, stopped at exit."""
+
+    def __init__(self, env: dict, targets: tuple[str, ...] = ()):
+        self.env = dict(env)
+        to_server, self._requests = os.pipe()
+        self._answers, from_server = os.pipe()
+        self.log = Path(tempfile.gettempdir(), f"edgeport-prewarmed-{os.getpid()}-{'-'.join(targets)}.log")
+        log = open(self.log, "w")
+        code = f"import sys; sys.path[0] = {str(Path(__file__).resolve().parents[1])!r}; " \
+               f"from tests.prewarmed import _serve; _serve({to_server}, {from_server}, {targets!r})"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(to_server, from_server), env=self.env,
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        os.close(to_server)
+        os.close(from_server)
+        log.close()
+        self._buffer = b""
+        if self._line(600) != "ready":
+            raise RuntimeError("the prewarmed edgeport server did not start")
+
+    def serves(self, env: dict) -> bool:
+        """Whether a call with ``env`` would import the libraries as this server did."""
+        keys = {k for k in set(env) | set(self.env) if k.startswith(IMPORT_TIME_ENV) and k != "PYTHONPATH"}
+        return self.proc.poll() is None and all(env.get(k) == self.env.get(k) for k in keys)
+
+    def run(self, args: list[str], cwd: Path | None, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory(prefix="edgeport-cli-") as tmp:
+            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+            out.touch()
+            err.touch()
+            request = {"args": args, "cwd": str(cwd or os.getcwd()), "env": env, "stdout": str(out), "stderr": str(err)}
+            os.write(self._requests, (json.dumps(request) + "\n").encode())
+            pid = int(self._line(60))
+            try:
+                code = int(self._line(timeout))
+            except subprocess.TimeoutExpired:
+                self._kill(pid)
+                raise subprocess.TimeoutExpired(["edgeport", *args], timeout,
+                                                out.read_text(errors="replace"), err.read_text(errors="replace"))
+            return subprocess.CompletedProcess(["edgeport", *args], code, out.read_text(errors="replace"),
+                                               err.read_text(errors="replace"))
+
+    def _kill(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._line(60)   # the server reaps it and answers its code
+
+    def _line(self, timeout: float) -> str:
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self._answers], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired("edgeport", timeout)
+            chunk = os.read(self._answers, 4096)
+            if not chunk:
+                raise RuntimeError("the prewarmed edgeport server exited")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def stop(self) -> None:
+        os.close(self._requests)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        if self.proc.returncode == 0:   # the imports' own noise; kept when the server failed
+            self.log.unlink(missing_ok=True)
