@@ -107,14 +107,15 @@ def run(args) -> None:
     proc = subprocess.Popen(wrapped, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeMemory(proc.pid)
     sampler.start()
-    steps = StepReader(proc.stderr, start)
+    steps = StepReader(proc.stdout, start)
     steps.start()
-    stdout = proc.communicate(timeout=args.timeout)[0]
+    stderr = proc.stderr.read()
+    proc.wait(timeout=args.timeout)
     steps.join()
     sampler.stop.set()
     sampler.join()
     seconds = time.perf_counter() - start
-    stderr = "".join(steps.lines)
+    stdout = "".join(steps.lines)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr)
     facts = {"command": " ".join(["edgeport", *cmd[3:]]), "exit": proc.returncode, "wall_s": seconds,
              "peak_rss_bytes": sampler.peak_pss, "peak_rss_source": "sum of Pss over the process tree, sampled",
@@ -136,7 +137,7 @@ def run(args) -> None:
 
 
 class StepReader(threading.Thread):
-    """edgeport's progress lines (``edgeport: STEP [...]`` on stderr) with the time each arrived, so the
+    """edgeport's progress lines (``edgeport: STEP [...]`` on stdout) with the time each arrived, so the
     memory timeline can be cut into phases (which step the peak belongs to)."""
 
     def __init__(self, stream, start: float):

@@ -33,7 +33,19 @@ def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: boo
         session = start_session(exported, opts, real, data)
     session.progress = progress
     params = int(sum(p.numel() for p in exported.model.parameters()))
+    del loaded
+    release_model(exported)
     return Prepared(session, None, {"params": params}, timings)
+
+
+def release_model(exported) -> None:
+    """The eager model is done once the reference is: the rows convert the programs, which share its
+    parameters' storage. What only the model holds (its generate caches, buffers the programs do not
+    take, the allocator's leftovers from tracing) goes before the first row converts."""
+    from edgeport.core.memory import release
+
+    exported.model = None
+    release()
 
 
 def check_fits(model, opts, the_plan, workers: bool) -> None:
