@@ -48,6 +48,18 @@ def release_model(exported) -> None:
     release()
 
 
+def release_programs(session, rows) -> None:
+    """Every row is built: the programs (the weights, once) go before the judges load the artifacts, whose
+    runtimes hold their own copies (mapped file, packed or dequantized weights). Kept when a row's judge
+    runs them: a bundle's reference comes from the programs (:mod:`.bundle`)."""
+    from edgeport.core.memory import release
+
+    if any(t.generation() is not None and t.generation().bundle(v) is not None for t, v in rows):
+        return
+    session.programs = {}
+    release()
+
+
 def check_fits(model, opts, the_plan, workers: bool) -> None:
     """convert's pre-flight memory and disk check, before the export: the weights once in memory (the
     signatures' programs share the model's storage), once on disk per saved signature program."""
