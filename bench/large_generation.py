@@ -58,6 +58,8 @@ CONFIGS = {
 CONFIGS["qwen3-small"] = {**CONFIGS["qwen3-0.6b"], "vocab_size": 50000, "hidden_size": 768,
                           "intermediate_size": 2304, "num_hidden_layers": 8, "num_attention_heads": 12,
                           "num_key_value_heads": 4, "head_dim": 64}
+CONFIGS["qwen3-tiny"] = {**CONFIGS["qwen3-small"], "vocab_size": 20000, "hidden_size": 512, "intermediate_size": 1536,
+                         "num_hidden_layers": 4, "num_attention_heads": 8}
 
 
 def build(name: str, where: Path) -> None:
