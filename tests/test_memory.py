@@ -201,7 +201,21 @@ def test_release_programs_frees_the_weights_unless_a_bundle_judge_runs_them():
     for rows, kept in (([(litert, "fp32")], False), ([(litert, "fp32"), (litert, bundle)], True)):
         weight = torch.zeros(4)
         alive = weakref.ref(weight)
-        session = SimpleNamespace(programs={"decode": SimpleNamespace(state_dict={"w": weight})})
+        session = SimpleNamespace(programs={"decode": SimpleNamespace(state_dict={"w": weight})}, weight_bytes=0)
         del weight
         release_programs(session, rows)
         assert (alive() is not None) == kept and bool(session.programs) == kept
+
+
+def test_release_skips_the_collection_for_a_small_model(monkeypatch):
+    """A full gc pass costs ~0.5 s in a process that imported torch and the converters: worth it for a
+    model's gigabytes, not for a test's kilobytes."""
+    import gc
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or 0)
+    memory.release(1 << 20)
+    assert calls == []
+    memory.release(memory.RELEASE_MIN_BYTES)
+    memory.release()
+    assert len(calls) == 2

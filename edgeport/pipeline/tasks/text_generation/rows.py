@@ -42,7 +42,7 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     row.rewrites = list(converted.rewrites)
     converted.files += tokenizer_files(out_dir.parent)
     job.programs = {}  # the rewritten programs (and the converter's graphs they anchor) go before the judge
-    release()
+    release(session.weight_bytes)
     return Built(converted, job, generation_budget(budget, bundle.precision if bundle else variant), key, job.notes)
 
 
@@ -95,7 +95,7 @@ def judge(row: Row, target, built: Built, session, staging: Path) -> None:
     if not reused_verdict(row, built.key, session, built.budget):
         row.apply(judge_any(target.generation(), row.variant, built.converted.artifact, session, built.budget))
         keep_verdict(row, built.key, session, built.budget)
-    release()  # the runtime and its packed weights, before the next row converts
+    release(session.weight_bytes)  # the runtime and its packed weights, before the next row is judged
 
 
 def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:
