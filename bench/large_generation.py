@@ -54,6 +54,12 @@ CONFIGS = {
                      "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True,
                      "bos_token_id": 128000, "eos_token_id": 128001},
 }
+# Qwen3-0.6B's shape scaled down (~0.35 GB fp32): the same code paths, for iterating on memory in minutes
+CONFIGS["qwen3-small"] = {**CONFIGS["qwen3-0.6b"], "vocab_size": 50000, "hidden_size": 768,
+                          "intermediate_size": 2304, "num_hidden_layers": 8, "num_attention_heads": 12,
+                          "num_key_value_heads": 4, "head_dim": 64}
+CONFIGS["qwen3-tiny"] = {**CONFIGS["qwen3-small"], "vocab_size": 20000, "hidden_size": 512, "intermediate_size": 1536,
+                         "num_hidden_layers": 4, "num_attention_heads": 8}
 
 
 def build(name: str, where: Path) -> None:
@@ -103,15 +109,21 @@ def run(args) -> None:
     proc = subprocess.Popen(wrapped, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = TreeMemory(proc.pid)
     sampler.start()
-    stdout, stderr = proc.communicate(timeout=args.timeout)
+    steps = StepReader(proc.stdout, start)
+    steps.start()
+    stderr = proc.stderr.read()
+    proc.wait(timeout=args.timeout)
+    steps.join()
     sampler.stop.set()
     sampler.join()
     seconds = time.perf_counter() - start
+    stdout = "".join(steps.lines)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr)
     facts = {"command": " ".join(["edgeport", *cmd[3:]]), "exit": proc.returncode, "wall_s": seconds,
              "peak_rss_bytes": sampler.peak_pss, "peak_rss_source": "sum of Pss over the process tree, sampled",
              "peak_single_process_rss_bytes": sampler.peak_rss, "main_process_maxrss_bytes":
              int(rss.group(1)) * 1024 if rss else None, "bandwidth": memory_bandwidth(),
+             "phases": phase_peaks(steps.steps, sampler.timeline),
              "stderr_tail": stderr[-3000:], "stdout_tail": stdout[-3000:]}
     out.mkdir(parents=True, exist_ok=True)
     facts["fp32_weight_bytes"] = weight_bytes(Path(args.model))
@@ -126,6 +138,32 @@ def run(args) -> None:
     print(f"exit {proc.returncode}, {seconds:.0f} s, peak RSS {facts['peak_rss_bytes']}")
 
 
+class StepReader(threading.Thread):
+    """edgeport's progress lines (``edgeport: STEP [...]`` on stdout) with the time each arrived, so the
+    memory timeline can be cut into phases (which step the peak belongs to)."""
+
+    def __init__(self, stream, start: float):
+        super().__init__(daemon=True)
+        self.stream, self.start_time, self.lines, self.steps = stream, start, [], []
+
+    def run(self) -> None:
+        for line in self.stream:
+            self.lines.append(line)
+            if line.startswith("edgeport: ") and "[+" in line:
+                self.steps.append((time.perf_counter() - self.start_time, line[10:line.rindex(" [+")]))
+
+
+def phase_peaks(steps: list, timeline: list) -> list[dict]:
+    """Per progress step: when it started and the tree's peak Pss (and the main process's) until the next."""
+    out = []
+    for i, (begin, step) in enumerate(steps):
+        end = steps[i + 1][0] if i + 1 < len(steps) else float("inf")
+        inside = [(pss, main) for t, pss, main in timeline if begin <= t < end]
+        out.append({"step": step, "start_s": round(begin, 1), "peak_pss_bytes": max((p for p, _ in inside), default=0),
+                    "peak_main_pss_bytes": max((m for _, m in inside), default=0)})
+    return out
+
+
 class TreeMemory(threading.Thread):
     """Peak memory of the whole process tree, sampled every 0.5 s. ``/usr/bin/time -v`` can not give it:
     edgeport converts and judges each row in a worker forked from a fork server, which outlives the main
@@ -137,14 +175,17 @@ class TreeMemory(threading.Thread):
     def __init__(self, root: int):
         super().__init__(daemon=True)
         self.root, self.stop, self.peak_pss, self.peak_rss = root, threading.Event(), 0, 0
+        self.start_time, self.timeline = time.perf_counter(), []   # (seconds, tree Pss, largest process Pss)
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
-            pss = rss = 0
+            pss = rss = main = 0
             for pid in descendants(self.root):
                 fields = proc_fields(f"/proc/{pid}/smaps_rollup", "Pss:", "Rss:")
                 pss, rss = pss + fields.get("Pss:", 0), max(rss, fields.get("Rss:", 0))
+                main = max(main, fields.get("Pss:", 0))
             self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+            self.timeline.append((time.perf_counter() - self.start_time, pss, main))
 
 
 def descendants(root: int) -> list[int]:

@@ -159,3 +159,63 @@ def test_text_generation_is_refused_before_its_export(tmp_path):
     assert not out.exists()
     rows = [(_target("onnx", 1.5), "fp32")]
     assert memory.estimate(W, rows, programs=3).disk == memory.estimate(W, rows).disk + 2 * W
+
+
+def test_generation_rows_are_all_built_before_the_programs_go_and_the_judges_load(tmp_path):
+    """Text generation builds every row, then releases what only the conversions needed (the programs:
+    the weights once), then judges: a runtime's copies of the weights never sit beside the programs."""
+    from edgeport.pipeline.run import run_rows
+    from edgeport.pipeline.tasks import Built, Task
+    from edgeport.targets.base import Converted
+    from edgeport.targets.registry import get_target
+
+    events = []
+
+    def build(row, target, variant, session, out_dir, budget):
+        events.append(("build", target.name))
+        (out_dir / "artifact").write_text("x")
+        return Built(Converted(out_dir / "artifact", {}), None, budget)
+
+    def judge(row, target, built, session, staging):
+        events.append(("judge", target.name))
+        row.status = "ok"
+
+    task = Task("text-generation", prepare=None, build=build, judge=judge, manifest=None, owns_directory=None,
+                reference_from=None, rejudge=None, release_after_builds=lambda s, rows: events.append(("release", len(rows))))
+    plan = SimpleNamespace(task=task, rows=[(get_target("onnx"), "fp32"), (get_target("litert"), "fp32")],
+                           skipped=[], config={}, budget_flags=[])
+    session = SimpleNamespace(progress=None, judge=SimpleNamespace(latency=False))
+    rows = run_rows(session, plan, tmp_path, lambda _step: None)
+    assert events == [("build", "onnx"), ("build", "litert"), ("release", 2), ("judge", "onnx"), ("judge", "litert")]
+    assert [(r["target"], r["status"]) for r in rows] == [("onnx", "ok"), ("litert", "ok")]
+
+
+def test_release_programs_frees_the_weights_unless_a_bundle_judge_runs_them():
+    import weakref
+
+    from edgeport.pipeline.tasks.text_generation.session import release_programs
+    from edgeport.targets.registry import get_target
+
+    litert = get_target("litert")
+    bundle = litert.generation().bundles[0].variant
+    for rows, kept in (([(litert, "fp32")], False), ([(litert, "fp32"), (litert, bundle)], True)):
+        weight = torch.zeros(4)
+        alive = weakref.ref(weight)
+        session = SimpleNamespace(programs={"decode": SimpleNamespace(state_dict={"w": weight})}, weight_bytes=0)
+        del weight
+        release_programs(session, rows)
+        assert (alive() is not None) == kept and bool(session.programs) == kept
+
+
+def test_release_skips_the_collection_for_a_small_model(monkeypatch):
+    """A full gc pass costs ~0.5 s in a process that imported torch and the converters: worth it for a
+    model's gigabytes, not for a test's kilobytes."""
+    import gc
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or 0)
+    memory.release(1 << 20)
+    assert calls == []
+    memory.release(memory.RELEASE_MIN_BYTES)
+    memory.release()
+    assert len(calls) == 2

@@ -92,6 +92,27 @@ def _factor(target, generative: bool) -> float:
     return found if found is not None else target.memory_factor
 
 
+# below this many fp32 weight bytes a model's leftovers are not worth a full collection (~0.5 s each)
+RELEASE_MIN_BYTES = 64 << 20
+
+
+def release(weight_bytes: int | None = None) -> None:
+    """Give memory a finished phase no longer uses back to the system: collect cycles, then ``malloc_trim``.
+    A conversion frees gigabytes in tensors of 4-32 MB, which glibc serves from its heap (below its mmap
+    threshold): freed, they stay in the process's RSS until trimmed, under the next phase's peak.
+    ``weight_bytes`` (the model's, when known): a small model skips it."""
+    import ctypes
+    import gc
+
+    if weight_bytes is not None and weight_bytes < RELEASE_MIN_BYTES:
+        return
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
 def available_memory() -> int:
     """What this process may still use: MemAvailable, capped by a cgroup (container) limit when there is one."""
     limits = [_meminfo("MemAvailable")]

@@ -95,7 +95,13 @@ class BuildFailed(Exception):
 def run_row(target, variant: str, session, staging: Path, budget: dict, required: bool = True, task=None) -> Row:
     """One (target, variant) of ``task`` (forward when None): build -> judge, timed, logged to its own file;
     any failure stays in the row."""
-    from edgeport.core.progress import scoped
+    row, built = build_row(target, variant, session, staging, budget, required, task)
+    return judge_row(row, target, built, session, staging, task) if built is not None else row
+
+
+def build_row(target, variant: str, session, staging: Path, budget: dict, required: bool = True,
+              task=None) -> tuple[Row, object]:
+    """(row, the task's Built, or None when the row is finished already: skipped or failed to build)."""
     from edgeport.pipeline.tasks import get_task
 
     task = task or get_task("forward")
@@ -103,25 +109,33 @@ def run_row(target, variant: str, session, staging: Path, budget: dict, required
     skipped = skip_reason(target)
     if skipped:
         row.status, row.error = "skipped", skipped
-        return row
+        return row, None
     out_dir = staging / target.name
     out_dir.mkdir(exist_ok=True)
-    log = out_dir / f"{task.log_prefix}_{variant}.log"
     start = time.perf_counter()
     try:
-        with redirected(log):  # row.details["cache"]: hit, miss or off
+        with redirected(out_dir / f"{task.log_prefix}_{variant}.log"):  # row.details["cache"]: hit, miss or off
             built = task.build(row, target, variant, session, out_dir, budget)
     except BuildFailed as exc:
         row.status, row.error = "failed", str(exc)
         row.note(*exc.notes)
-        return row
+        return row, None
     record_artifact(row, built.converted, staging, start)
     row.note(*built.notes)
+    return row, built
+
+
+def judge_row(row: Row, target, built, session, staging: Path, task=None) -> Row:
+    """The built row's artifact judged by ``task`` (its runtime's log lines into the row's log)."""
+    from edgeport.core.progress import scoped
+    from edgeport.pipeline.tasks import get_task
+
+    task = task or get_task("forward")
     cached = " (artifact from the cache)" if row.details.get("cache") == "hit" else ""
     timed = ", latency" if session.judge.latency else ""
-    scoped(session.progress, f"{target.name} {variant}")(f"judge: load, run, parity{timed}{cached}")
+    scoped(session.progress, f"{target.name} {row.variant}")(f"judge: load, run, parity{timed}{cached}")
     start = time.perf_counter()
-    with redirected(log):  # runtimes log too (e.g. delegate creation)
+    with redirected(staging / target.name / f"{task.log_prefix}_{row.variant}.log"):  # runtimes log too
         task.judge(row, target, built, session, staging)
     row.check_seconds = round(time.perf_counter() - start, 3)
     return row

@@ -137,21 +137,36 @@ def row_jobs(opts: ConvertOptions, the_plan) -> int:
 
 def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]:
     """Every row of the plan in this process, one after another; then the rows the task cannot build
-    (e.g. a target without text-generation support), skipped with the reason."""
-    from edgeport.config import budget_for, is_required
-    from edgeport.pipeline.row import Row, run_row
+    (e.g. a target without text-generation support), skipped with the reason. A task with
+    ``release_after_builds`` builds every row first, lets go of what only building needed (a generative
+    model's programs: the weights once), then judges: the runtimes' own copies never sit beside them."""
+    from edgeport.config import is_required
+    from edgeport.pipeline.row import Row, build_row, judge_row, run_row
 
-    task, rows = the_plan.task, []
+    task, rows, built = the_plan.task, [], []
     for target, variant in the_plan.rows:
         progress(f"{target.name} {variant}" + ("" if task.name == "forward" else f" ({task.name})"))
-        budget = budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, task.name != "forward")
-        required = is_required(target.name, variant, the_plan.config)
-        rows.append(run_row(target, variant, session, staging, budget, required, task).to_json())
+        args = (target, variant, session, staging, _budget(the_plan, target, variant),
+                is_required(target.name, variant, the_plan.config), task)
+        if task.release_after_builds is None:
+            rows.append(run_row(*args).to_json())
+        else:
+            built.append((target, *build_row(*args)))
         gc.collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
+    if task.release_after_builds is not None:
+        task.release_after_builds(session, the_plan.rows)
+        rows = [(judge_row(row, target, b, session, staging, task) if b is not None else row).to_json()
+                for target, row, b in built]
     for target, variant, why in the_plan.skipped:
         rows.append(Row(target.name, variant, status="skipped", error=why,
                         required=is_required(target.name, variant, the_plan.config)).to_json())
     return rows
+
+
+def _budget(the_plan, target, variant: str) -> dict:
+    from edgeport.config import budget_for
+
+    return budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, the_plan.task.name != "forward")
 
 
 def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts: ConvertOptions, jobs: int) -> list[dict]:

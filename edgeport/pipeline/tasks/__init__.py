@@ -67,6 +67,9 @@ class Task:
     sections: Callable[[dict], list] | None = None       # report -> the task's ReportSections
     libraries: tuple[str, ...] = ()                      # listed in the report's environment besides the targets'
     parallel: bool = False                               # rows may run in worker processes
+    # (session, plan rows) -> None: when set, every row is built before any is judged, and this runs in
+    # between (what only the conversions needed goes before the runtimes load their artifacts)
+    release_after_builds: Callable[..., None] | None = None
     log_prefix: str = "convert"
 
 

@@ -28,6 +28,7 @@ def artifact_dir(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
+    from edgeport.core.memory import program_weight_bytes, release
     from edgeport.targets.onnx.shared_weights import share_weights
     from edgeport.targets.onnx.target import describe, int8_kernels
 
@@ -36,6 +37,7 @@ def convert(job: GenerativeJob) -> Converted:
         fp32.mkdir(parents=True, exist_ok=True)
         for name, program in job.programs.items():
             _export(program, job.samples[name], fp32 / f"{name}.onnx")
+            release(program_weight_bytes(program))  # torch.onnx's program (cycles holding its folded weights)
         shared = share_weights([fp32 / f"{n}.onnx" for n in job.programs])
     if job.variant == "fp32":
         return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs},

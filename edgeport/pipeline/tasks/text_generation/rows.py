@@ -16,6 +16,7 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     """Every signature's program with the target's rewrites (as forward programs get them), converted into
     one artifact by the target's generative support; or the same conversion from the cache
     (:mod:`.reuse`: ``row.details["cache"]`` says hit, miss or off)."""
+    from edgeport.core.memory import release
     from edgeport.core.progress import scoped
     from edgeport.pipeline.reuse import cached_conversion
     from edgeport.pipeline.tasks.text_generation.judge import generation_budget
@@ -42,6 +43,8 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
         raise BuildFailed(conversion_error(exc, job.programs["decode"]), job.notes) from exc
     row.rewrites = list(converted.rewrites)
     converted.files += tokenizer_files(out_dir.parent)
+    job.programs = {}  # the rewritten programs (and the converter's graphs they anchor) go before the judge
+    release(session.weight_bytes)
     return Built(converted, job, generation_budget(budget, bundle.precision if bundle else variant), key, job.notes)
 
 
@@ -99,9 +102,12 @@ def judge(row: Row, target, built: Built, session, staging: Path) -> None:
     """A cached verdict (--reuse-verdict on a hit), or generate + compare + time, then stored for a later run."""
     from edgeport.pipeline.reuse import keep_verdict, reused_verdict
 
+    from edgeport.core.memory import release
+
     if not reused_verdict(row, built.key, session, built.budget):
         row.apply(judge_any(target.generation(), row.variant, built.converted.artifact, session, built.budget))
         keep_verdict(row, built.key, session, built.budget)
+    release(session.weight_bytes)  # the runtime and its packed weights, before the next row is judged
 
 
 def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:

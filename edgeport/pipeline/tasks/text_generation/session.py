@@ -33,7 +33,32 @@ def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: boo
         session = start_session(exported, opts, real, data)
     session.progress = progress
     params = int(sum(p.numel() for p in exported.model.parameters()))
+    session.weight_bytes = 4 * params
+    del loaded
+    release_model(exported, session.weight_bytes)
     return Prepared(session, None, {"params": params}, timings)
+
+
+def release_model(exported, weight_bytes: int) -> None:
+    """The eager model is done once the reference is: the rows convert the programs, which share its
+    parameters' storage. What only the model holds (its generate caches, buffers the programs do not
+    take, the allocator's leftovers from tracing) goes before the first row converts."""
+    from edgeport.core.memory import release
+
+    exported.model = None
+    release(weight_bytes)
+
+
+def release_programs(session, rows) -> None:
+    """Every row is built: the programs (the weights, once) go before the judges load the artifacts, whose
+    runtimes hold their own copies (mapped file, packed or dequantized weights). Kept when a row's judge
+    runs them: a bundle's reference comes from the programs (:mod:`.bundle`)."""
+    from edgeport.core.memory import release
+
+    if any(t.generation() is not None and t.generation().bundle(v) is not None for t, v in rows):
+        return
+    session.programs = {}
+    release(session.weight_bytes)
 
 
 def check_fits(model, opts, the_plan, workers: bool) -> None:
@@ -97,6 +122,7 @@ class GenSession:
     progress: object = None            # the run's Progress (None: quiet): rows and targets report their steps
     cache: object = None               # edgeport.cache.Cache, or None (--no-cache; validate)
     reuse_verdict: bool = False        # a cached artifact keeps its cached verdict (--reuse-verdict)
+    weight_bytes: int | None = None    # fp32 bytes of the model's parameters (None: unknown)
     _programs_id: dict | None = None
 
     def programs_id(self) -> dict:

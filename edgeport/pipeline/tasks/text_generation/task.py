@@ -17,4 +17,5 @@ def manifest(spec: str, prepared, report_rows: list[dict], staging):
 TASK = Task("text-generation", prepare=session.prepare, build=rows.build, judge=rows.judge, manifest=manifest,
             owns_directory=directory.is_generative_dir, reference_from=directory.reference_from,
             rejudge=rows.rejudge, report_block=lambda s: s.report_block(), block_key="generation",
-            sections=generation_sections, libraries=("transformers",), log_prefix="convert_generate")
+            sections=generation_sections, libraries=("transformers",), log_prefix="convert_generate",
+            release_after_builds=session.release_programs)
