@@ -136,7 +136,6 @@ def shared_targets() -> list[str]:
     return [t.name for t in registry.all_targets() if t.generative and t.name not in SHARED_SKIPS]
 
 
-
 LENS, CACHE, NEW, PROMPTS = (4, 8), 24, 5, 4
 GEN_ARGS = (*[a for n in LENS for a in ("--prefill-len", str(n))], "--cache-len", str(CACHE), "--gen-tokens", str(NEW),
             "--samples", str(PROMPTS), "--tpu-topology", "v5e:1x1", "--litert-lowering", "edgeport")
