@@ -9,12 +9,43 @@ class ExportFailed(Exception):
     """torch.export refused the model: every target fails with this message (exit 1)."""
 
 
+# How deep a JSON document may nest below the caller's own frames (Python's default recursion limit).
+JSON_DEPTH = 1000
+
+
+def load_json(raw):
+    """``json.loads`` for files edgeport did not write (a DIR, an archive, the cache): nesting too deep is a
+    ``RecursionError`` (bad input), never a crash. On Python 3.11 the C parser counts its depth against the
+    interpreter's recursion limit, and a library may raise that limit for its own recursive walks (LiteRT's
+    converter tools set 100,000 when imported, i.e. after any LiteRT conversion in the process): a document
+    200,000 brackets deep then overflows the C stack, a segfault, before the limit is reached. The limit is
+    held at the caller's depth + JSON_DEPTH while parsing."""
+    import json
+    import sys
+
+    saved = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(saved, _stack_depth() + JSON_DEPTH))
+    try:
+        return json.loads(raw)
+    finally:
+        sys.setrecursionlimit(saved)
+
+
+def _stack_depth() -> int:
+    import sys
+
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
 def json_object(raw, what: str) -> dict:
     """``raw`` (text or bytes) parsed as a JSON object; anything else is bad input naming ``what``."""
-    import json
-
     try:
-        data = json.loads(raw)
+        data = load_json(raw)
+    except RecursionError:
+        raise UsageError(f"{what} is not valid JSON (nested too deeply)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{what} is not valid JSON ({exc})") from None
     if not isinstance(data, dict):

@@ -26,16 +26,17 @@ import tempfile
 from pathlib import Path
 
 # What every edgeport run that touches a model imports: torch and its export machinery, numpy, ONNX's
-# exporter and runtime, transformers' top level. Not the target converters that register ops or devices
-# with torch when imported (litert_torch, torchax, executorch): a run that does not ask for them must not
-# have them.
-PRELOAD = ("numpy", "torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes",
+# exporter and runtime, transformers' top level; ``edgeport`` first, as in a real run (it sets environment
+# defaults torch reads when imported). Not the target converters that register ops or devices with torch when
+# imported: a run that does not ask for them must not have them.
+PRELOAD = ("edgeport", "numpy", "torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes",
            "onnxruntime", "onnxscript", "torch.onnx", "transformers", "rich.console", "typer", "jsonschema",
            "edgeport.cli")
 # A run for these targets imports their converters too: the server for such a run has them loaded already.
-# (Never the TPU target's torchax: edgeport exports before it is imported, and a loaded torchax would register
-# its device with torch first.)
-TARGET_PRELOAD = {"litert": ("litert_torch", "ai_edge_litert.interpreter"),
+# Never a module that imports jax (litert_torch, torchax): edgeport sets jax's and libtpu's environment before
+# it imports jax (targets/_jax.py); jax imported first, a forked LiteRT conversion hung initialising a TPU
+# backend. Nor torchax: edgeport exports before it is imported, and a loaded torchax registers its device.
+TARGET_PRELOAD = {"litert": ("ai_edge_litert.interpreter",),
                   "executorch": ("executorch.exir", "executorch.runtime")}
 DEFAULT_TARGET = "litert"   # edgeport's, when convert/check get no -t
 # Environment read while those libraries import: a call that changes one of these gets a real subprocess.

@@ -173,3 +173,25 @@ def test_json_nested_deeper_than_the_stack_is_bad_input(fresh, tmp_path):
     (tmp_path / "exported" / "layout.json").write_text(deep)
     with pytest.raises(UsageError, match="layout.json"):
         read_layout(tmp_path)
+
+
+def test_deep_json_is_bad_input_even_after_a_library_raised_the_recursion_limit(tmp_path):
+    """LiteRT's converter tools raise the recursion limit to 100,000 when imported (any LiteRT conversion in
+    the process): Python 3.11's JSON parser then overflowed the C stack on 200,000 brackets (a segfault, found
+    when this file's in-process read ran after a LiteRT conversion in the same worker). In a fresh process
+    with that limit: every reader edgeport points at a file it did not write refuses it, exit 0 here."""
+    import subprocess
+    import sys
+
+    (tmp_path / "exported").mkdir()
+    (tmp_path / "exported" / "layout.json").write_text("[" * 200_000 + "]" * 200_000)
+    code = ("import sys, pathlib; sys.setrecursionlimit(100_000)\n"
+            "from edgeport.errors import UsageError, json_object, load_json\n"
+            "from edgeport.pipeline.tasks.text_generation.directory import read_layout\n"
+            "deep = '[' * 200_000 + ']' * 200_000\n"
+            "try:\n    load_json(deep)\nexcept RecursionError:\n    pass\nelse:\n    sys.exit('parsed')\n"
+            "for call in (lambda: json_object(deep, 'x'), lambda: read_layout(pathlib.Path(sys.argv[1]))):\n"
+            "    try:\n        call()\n    except UsageError:\n        pass\n    else:\n        sys.exit('no error')\n"
+            "assert sys.getrecursionlimit() == 100_000\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])

@@ -5,12 +5,11 @@ message saying which."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from edgeport.config import budget_for, is_required
 from edgeport.core.proc import redirected
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json
 from edgeport.pipeline.options import JudgeOptions
 from edgeport.pipeline.outdir import check_own_files
 from edgeport.pipeline.report import assemble
@@ -79,7 +78,7 @@ def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: P
 
 def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
     try:
-        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest = load_json((directory / "manifest.json").read_text())
         return tuple(i["name"] for i in manifest["inputs"])
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None  # the program's own placeholder names then

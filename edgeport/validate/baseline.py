@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json
 
 KNOWN_SCHEMAS = ("edgeport.report/1",)
 # A report has one row per target x variant: a few dozen. Far more (or a file far larger than such a report)
@@ -33,7 +33,7 @@ def load_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline {path} is {path.stat().st_size} bytes, more than any report "
                          f"({MAX_REPORT_BYTES >> 20} MiB); refusing to read it")
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # (nesting deeper than Python's stack)
         raise UsageError(f"--baseline {path} is not JSON: {exc}") from exc
     schema = data.get("schema") if isinstance(data, dict) else None

@@ -11,12 +11,12 @@ place (a KV cache) writes back into what it was given, and callers reuse their a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from edgeport.errors import load_json
 from edgeport.targets.executorch._base import BaseRunner, SignatureRunner, cast_to, first_line, tensor
 from edgeport.targets.executorch.lower import IO_METHOD
 
@@ -38,7 +38,7 @@ class Loaded:
             self.program = Runtime.get().load_program(str(path))
         self.threads = max(1, int(threads))
         names = self.program.method_names
-        self.io = json.loads(self.program.load_method(IO_METHOD).execute([])[0]) if IO_METHOD in names else {}
+        self.io = load_json(self.program.load_method(IO_METHOD).execute([])[0]) if IO_METHOD in names else {}
         self.methods = sorted(names - {IO_METHOD})
 
     def call(self, method: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json
 from edgeport.targets.base import ReportSection
 
 GIB = 2**30
@@ -128,7 +128,7 @@ def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dic
     compiles = list(details.get("tpu_compile") or [])
     extra = [dict(c) for other in others for c in other.get("tpu_compile") or []]
     meta_path = target_dir / variant / META_FILE
-    meta = json.loads(meta_path.read_text())
+    meta = load_json(meta_path.read_text())
     for row in extra:
         executable = row.pop("executable", None)
         if executable and (target_dir / variant / executable).is_file():

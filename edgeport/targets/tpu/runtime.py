@@ -17,7 +17,6 @@ bytes that were written, after a serialize -> deserialize round trip.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from edgeport.targets._jax import prefer_cpu_backend
 from edgeport.targets.runner import BaseRunner
+from edgeport.errors import load_json
 
 EXPORT_FILE = "model.jax_export"
 WEIGHTS_FILE = "weights.safetensors"
@@ -40,7 +40,7 @@ class LoadedModel:
         from edgeport.targets.tpu.weights import load as load_weights
 
         self.directory = Path(directory)
-        self.meta = json.loads((self.directory / META_FILE).read_text())
+        self.meta = load_json((self.directory / META_FILE).read_text())
         self.exported = jax.export.deserialize(bytearray((self.directory / EXPORT_FILE).read_bytes()))
         # mapped, and aliased (not copied) by jax's CPU client; a TPU host copies them to the device
         self.weights = jax.device_put(load_weights(self.directory / WEIGHTS_FILE))

@@ -5,12 +5,12 @@ on a TPU host the same files run on the TPU. int64 feeds become the int32 the pr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from edgeport.targets.signature import SignatureRunner, cast_to, tensor
+from edgeport.errors import load_json
 
 META_FILE = "meta.json"
 WEIGHTS_FILE = "weights.safetensors"
@@ -28,7 +28,7 @@ class JaxSignatureRunner(SignatureRunner):
         prefer_cpu_backend()
         super().__init__(path, threads)
         folder = Path(path)
-        self.meta = json.loads((folder / META_FILE).read_text())["signatures"]
+        self.meta = load_json((folder / META_FILE).read_text())["signatures"]
         self.cpu = jax.devices("cpu")[0]
         weights = jax.device_put(load_weights(folder / WEIGHTS_FILE), self.cpu)
         self.programs = {}

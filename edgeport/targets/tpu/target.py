@@ -33,6 +33,7 @@ from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, Com
                                      report_sections, topologies_of, validate_topologies)
 from edgeport.targets.tpu.runtime import JaxXlaRunner
 from edgeport.validate import parity
+from edgeport.errors import load_json
 
 
 # ----------------------------------------------------------------------------------------------- lowering
@@ -185,7 +186,7 @@ def side_files(out: Path) -> list[Path]:
     (``model.stablehlo.mlir`` is for reading, not running: not part of the artifact)."""
     from edgeport.targets.tpu.runtime import META_FILE, WEIGHTS_FILE
 
-    executables = json.loads((out / META_FILE).read_text()).get("executables") or {}
+    executables = load_json((out / META_FILE).read_text()).get("executables") or {}
     return [out / WEIGHTS_FILE, out / META_FILE, *(out / rel for rel in executables.values())]
 
 

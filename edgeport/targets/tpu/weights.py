@@ -15,6 +15,8 @@ import json
 import mmap
 from pathlib import Path
 
+from edgeport.errors import load_json
+
 ALIGN = 64   # what XLA's CPU client needs to alias a host buffer instead of copying it
 # numpy dtype name -> safetensors dtype code: every code safetensors defines that a weight can have
 # (a complex rotary table is a complex64 buffer; ml_dtypes names the bfloat16 and float8 kinds)
@@ -56,7 +58,7 @@ def load(path: Path) -> dict:
     codes = {code: np.dtype(getattr(ml_dtypes, name, name)) for name, code in DTYPES.items()}
     with open(path, "rb") as f:
         size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(size))
+        header = load_json(f.read(size))
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     start = 8 + size
     weights = {}

@@ -10,12 +10,11 @@ exported programs' own, labelled so.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json
 from edgeport.pipeline.tasks.text_generation.layout import EXPORTED_DIR, LAYOUT_FILE, Layout
 from edgeport.pipeline.tasks.text_generation.plan import MAX_GEN_TOKENS
 
@@ -33,7 +32,7 @@ def is_generative_dir(directory: Path) -> bool:
 def read_layout(directory: Path) -> Layout:
     path = directory / EXPORTED_DIR / LAYOUT_FILE
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_text())
         problem = layout_problem(data) if isinstance(data, dict) else "not a JSON object"
         if problem:
             raise ValueError(problem)

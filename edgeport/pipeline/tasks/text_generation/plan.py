@@ -9,11 +9,10 @@ such as ``GPT2LMHeadModel``), and the plain forward conversion for everything el
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json
 
 TASKS = ("auto", "text-generation", "forward")
 DEFAULT_PREFILL_LENS = (32,)
@@ -148,7 +147,7 @@ def read_config(where: str, trust_remote_code: bool, force: bool) -> dict | None
     path = Path(where) / "config.json"
     if path.is_file():
         try:
-            return json.loads(path.read_text())
+            return load_json(path.read_text())
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from exc
     if Path(where).is_dir() and not force:
