@@ -93,10 +93,7 @@ def _child(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.path[0] = os.getcwd()   # what `python -m` puts first
-    for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
-        if entry and entry not in sys.path:
-            sys.path.insert(1, entry)
+    sys.path[0] = os.getcwd()   # what `python -m` puts first (PYTHONPATH is the server's: Server.serves)
     sys.argv = ["edgeport", *request["args"]]
     code = 0
     try:
@@ -148,7 +145,7 @@ class Server:
 
     def serves(self, env: dict) -> bool:
         """Whether a call with ``env`` would import the libraries as this server did."""
-        keys = {k for k in set(env) | set(self.env) if k.startswith(IMPORT_TIME_ENV) and k != "PYTHONPATH"}
+        keys = {k for k in set(env) | set(self.env) if k.startswith(IMPORT_TIME_ENV)}   # PYTHONPATH too: sitecustomize
         return self.proc.poll() is None and all(env.get(k) == self.env.get(k) for k in keys)
 
     def run(self, args: list[str], cwd: Path | None, env: dict, timeout: float) -> subprocess.CompletedProcess:

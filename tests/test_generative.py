@@ -362,7 +362,7 @@ def test_target_rewrites_reach_the_prefill_and_decode_programs(tmp_path):
     support = GenerativeSupport(("fp32",), convert, lambda path, threads: None)
     target = SimpleNamespace(name="fake", rewrites=("sort_by_rank",), generation=lambda: support)
     session = SimpleNamespace(progress=None, cache=None, programs={"decode": program}, samples={"decode": kwargs}, notes=[], target_options={},
-                              layout=SimpleNamespace(to_json=lambda: {}))
+                              layout=SimpleNamespace(to_json=lambda: {}), weight_bytes=None)
     row = Row("fake", "fp32")
     build(row, target, "fp32", session, tmp_path, {})
     decode = seen["decode"]
