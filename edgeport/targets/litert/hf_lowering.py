@@ -107,16 +107,10 @@ def lower(job, dst: Path, edgeport_lowering) -> tuple[str, str]:
 def export(job, dst: Path) -> None:
     """export_hf (fp32: ``quantization_recipe="none"``; its default is dynamic int8) into ``out_dir/export_hf``,
     its ``model.tflite`` moved to ``dst``; with ``--litertlm`` the bundle stays there for the bundle row."""
-    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     layout, bundle = job.layout, bool(job.options.get("litertlm"))
     work = job.out_dir / WORK
-    shutil.rmtree(work, ignore_errors=True)
     job.progress("export_hf (litert-torch's Hugging Face path)")
-    from litert_torch.generative.export_hf import export as export_hf  # imports tensorflow
-
-    export_hf.export(str(model_dir(layout)), str(work), prefill_lengths=list(layout["prefill_lens"]),
-                     cache_length=int(layout["cache_len"]), quantization_recipe="none", keep_temporary_files=True,
-                     bundle_litert_lm=bundle)
+    run_export_hf(model_dir(layout), layout, work, bundle)
     built = next(work.rglob("model.tflite"), None)
     if built is None:
         raise RuntimeError("export_hf wrote no model.tflite")
@@ -124,6 +118,19 @@ def export(job, dst: Path) -> None:
     shutil.move(str(built), dst)
     if not bundle:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> None:
+    """The one export_hf call (this route's and the ``--litertlm`` bundle's): fp32 (``quantization_recipe=
+    "none"``; its default is dynamic int8) at the layout's prefill lengths and cache length, into a fresh
+    ``work`` folder."""
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
+    shutil.rmtree(work, ignore_errors=True)
+    from litert_torch.generative.export_hf import export as export_hf  # imports tensorflow
+
+    export_hf.export(str(source), str(work), prefill_lengths=list(layout["prefill_lens"]),
+                     cache_length=int(layout["cache_len"]), quantization_recipe="none", keep_temporary_files=True,
+                     bundle_litert_lm=bundle)
 
 
 def check_signatures(path: Path, layout: dict) -> None:

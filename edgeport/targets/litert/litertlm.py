@@ -69,13 +69,9 @@ def convert(job):
 
 
 def _export(job, work: Path) -> Path:
-    shutil.rmtree(work, ignore_errors=True)
-    from litert_torch.generative.export_hf import export as export_hf  # imports tensorflow
+    from edgeport.targets.litert.hf_lowering import run_export_hf
 
-    layout = job.layout
-    export_hf.export(str(model_dir(layout)), str(work), prefill_lengths=list(layout["prefill_lens"]),
-                     cache_length=int(layout["cache_len"]), bundle_litert_lm=True, quantization_recipe="none",
-                     keep_temporary_files=True)
+    run_export_hf(model_dir(job.layout), job.layout, work, bundle=True)
     built = next(work.rglob(BUNDLE), None)
     if built is None:
         raise RuntimeError(f"export_hf wrote no {BUNDLE}")
