@@ -28,6 +28,28 @@ HEAVY_FIRST = ("test_generative.py", "test_sliding_window.py", "test_gate_trust.
 def pytest_collection_modifyitems(items) -> None:
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``EDGEPORT_TEST_CPU_LOG=FILE``: each test's CPU seconds (setup, call and teardown; this worker,
+    its subprocesses and its prewarmed CLI runs) appended to FILE, the measure that decides what `make test`
+    costs on two cores (wall time moves with the machine's load). Summed per file by bench/test_cpu.py."""
+    log = os.environ.get("EDGEPORT_TEST_CPU_LOG")
+    before = _cpu_spent() if log else 0.0
+    yield
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{_cpu_spent() - before:.2f}\t{item.nodeid}\n")
+
+
+def _cpu_spent() -> float:
+    import resource
+
+    import prewarmed
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + prewarmed.CHILD_CPU
 REPORT_SCHEMA = REPO.parent / "shared" / "contracts" / "report.schema.json"
 
 

@@ -33,11 +33,13 @@ PRELOAD = ("edgeport", "numpy", "torch", "torch.export", "torch._dynamo", "torch
            "onnxruntime", "onnxscript", "torch.onnx", "transformers", "rich.console", "typer", "jsonschema",
            "edgeport.cli")
 # A run for these targets imports their converters too: the server for such a run has them loaded already.
-# Never a module that imports jax (litert_torch, torchax): edgeport sets jax's and libtpu's environment before
-# it imports jax (targets/_jax.py); jax imported first, a forked LiteRT conversion hung initialising a TPU
-# backend. Nor torchax: edgeport exports before it is imported, and a loaded torchax registers its device.
-TARGET_PRELOAD = {"litert": ("ai_edge_litert.interpreter",),
+# litert_torch imports jax: the server first keeps jax on its CPU backend, as edgeport does before its own
+# jax work (targets/_jax.prefer_cpu_backend); preloaded without that, a forked LiteRT conversion hung
+# initialising a TPU backend. Never torchax: edgeport exports before it is imported, and a loaded torchax
+# registers its device with torch.
+TARGET_PRELOAD = {"litert": ("ai_edge_litert.interpreter", "litert_torch"),
                   "executorch": ("executorch.exir", "executorch.runtime")}
+JAX_USERS = ("litert_torch",)
 DEFAULT_TARGET = "litert"   # edgeport's, when convert/check get no -t
 # Environment read while those libraries import: a call that changes one of these gets a real subprocess.
 IMPORT_TIME_ENV = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "OPENBLAS", "ORT_", "HF_", "TRANSFORMERS",
@@ -59,7 +61,14 @@ def _serve(proto_in: int, proto_out: int, targets: tuple[str, ...]) -> None:
     import importlib
 
     for name in PRELOAD + tuple(m for t in targets for m in TARGET_PRELOAD[t]):
+        if name in JAX_USERS and os.environ.get("EDGEPORT_TEST_NO_JAX_PRELOAD") != "1":
+            from edgeport.targets._jax import prefer_cpu_backend
+
+            prefer_cpu_backend()
+        elif name in JAX_USERS:
+            continue
         importlib.import_module(name)
+    _read_torchlib_once()
     reader = os.fdopen(proto_in, "r")
     writer = os.fdopen(proto_out, "w", buffering=1)
     writer.write("ready\n")
@@ -71,8 +80,19 @@ def _serve(proto_in: int, proto_out: int, targets: tuple[str, ...]) -> None:
             os.close(proto_out)
             _child(request)
         writer.write(f"{pid}\n")
-        _, status = os.waitpid(pid, 0)
-        writer.write(f"{os.waitstatus_to_exitcode(status)}\n")
+        _, status, usage = os.wait4(pid, 0)
+        writer.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_utime + usage.ru_stime:.3f}\n")
+
+
+def _read_torchlib_once() -> None:
+    """torch.onnx's op table, read here once (pure Python, ~1.5 s with its imports) and kept by edgeport's
+    exporter (targets/onnx/exporter.py) for every forked run, as a long-lived edgeport process keeps it."""
+    from onnxscript._framework_apis import torch_2_5
+
+    from edgeport.targets.onnx.exporter import remember_torchlib_ops
+
+    remember_torchlib_ops()
+    torch_2_5.get_torchlib_ops()
 
 
 def _child(request: dict) -> None:
@@ -123,6 +143,9 @@ def _exit_code(code) -> int:
     return 1
 
 
+CHILD_CPU = 0.0   # CPU seconds of every run this process's servers forked, finished so far
+
+
 class Server:
     """A per-worker server (one per set of preloaded targets); started on first use, stopped at exit."""
 
@@ -157,7 +180,7 @@ class Server:
             os.write(self._requests, (json.dumps(request) + "\n").encode())
             pid = int(self._line(60))
             try:
-                code = int(self._line(timeout))
+                code = self._exit_line(timeout)
             except subprocess.TimeoutExpired:
                 self._kill(pid)
                 raise subprocess.TimeoutExpired(["edgeport", *args], timeout,
@@ -170,7 +193,16 @@ class Server:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self._line(60)   # the server reaps it and answers its code
+        self._exit_line(60)   # the server reaps it and answers its code
+
+    def _exit_line(self, timeout: float) -> int:
+        """The child's exit code; its CPU seconds (and its children's) go to :data:`CHILD_CPU`, which the
+        per-test CPU log (conftest, ``EDGEPORT_TEST_CPU_LOG``) reads: the server's children are not this
+        process's."""
+        global CHILD_CPU
+        code, cpu = self._line(timeout).split()
+        CHILD_CPU += float(cpu)
+        return int(code)
 
     def _line(self, timeout: float) -> str:
         while b"\n" not in self._buffer:

@@ -46,19 +46,42 @@ def thread_env() -> dict:
 
 
 def package_versions(modules: list[str]) -> dict:
-    """Installed version of each module's distribution (import name -> distribution name resolved by the
-    package metadata, e.g. ``ai_edge_litert`` -> ``ai-edge-litert``)."""
+    """Installed version of each module's distribution (import name -> distribution name, e.g.
+    ``ai_edge_litert`` -> ``ai-edge-litert``). Most import names are their distribution's name (metadata
+    lookups treat ``-``/``_``/``.`` alike), so those are asked directly; only the others pay for
+    ``packages_distributions``, which reads every installed package's file list (~1 s per run: every
+    convert, cache key and compile report asks)."""
     from importlib import metadata
 
-    owners = metadata.packages_distributions()
-    versions = {}
-    for module in dict.fromkeys(modules):
-        for dist in owners.get(module.split(".")[0], [module]):
-            try:
-                versions[dist] = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
+    versions, unresolved = {}, []
+    for module in dict.fromkeys(m.split(".")[0] for m in modules):
+        try:
+            dist = metadata.distribution(module)
+        except metadata.PackageNotFoundError:
+            unresolved.append(module)
+            continue
+        if module in _top_level_names(dist):
+            versions[dist.metadata["Name"]] = dist.version
+        else:
+            unresolved.append(module)
+    if unresolved:
+        owners = metadata.packages_distributions()
+        for module in unresolved:
+            for dist in owners.get(module, []):
+                try:
+                    versions[dist] = metadata.version(dist)
+                except metadata.PackageNotFoundError:
+                    continue
     return versions
+
+
+def _top_level_names(dist) -> set[str]:
+    """The import names a distribution installs: its ``top_level.txt``, else the first part of each
+    file it records (what ``packages_distributions`` reads too)."""
+    text = dist.read_text("top_level.txt")
+    if text:
+        return set(text.split())
+    return {f.parts[0].removesuffix(".py") for f in dist.files or () if f.parts and not f.parts[0].endswith(".dist-info")}
 
 
 def differences(old: dict | None, new: dict | None) -> list[str]:

@@ -52,14 +52,14 @@ def convert(job: GenerativeJob) -> Converted:
 
 
 def _export(program, sample: dict, path: Path) -> None:
-    import torch
+    from edgeport.targets.onnx.exporter import onnx_export
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
     module = program.module()
     module.training = False
     outputs = [output_name(n) for n in _output_names(program)]
-    exported = torch.onnx.export(module, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
-                                 verbose=False, input_names=list(sample), output_names=outputs)
+    exported = onnx_export(module, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
+                          verbose=False, input_names=list(sample), output_names=outputs)
     exported.save(str(path))
 
 

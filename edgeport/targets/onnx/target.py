@@ -106,9 +106,9 @@ EXTERNAL_ABOVE = 1 << 30
 
 
 def _export_shared(job: ConvertJob):
-    import torch
+    from edgeport.targets.onnx.exporter import onnx_export
 
-    return torch.onnx.export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
+    return onnx_export(job.program, tuple(job.example_inputs), dynamo=True, verbose=False)
 
 
 def _own_capture(job: ConvertJob, shared_error: Exception):
@@ -116,11 +116,11 @@ def _own_capture(job: ConvertJob, shared_error: Exception):
     export strategies and decompositions), so edgeport is never worse than calling torch.onnx directly.
     Same module, inputs in the program's order and under its names, judged against the same reference;
     the row says so (``own_capture``), and the artifact too (its metadata), for the variants built on it."""
-    import torch
+    from edgeport.targets.onnx.exporter import onnx_export
 
     inputs, outputs = _io_names(job.program)
     try:
-        onnx_program = torch.onnx.export(job.module, tuple(job.example_inputs), dynamo=True, verbose=False,
+        onnx_program = onnx_export(job.module, tuple(job.example_inputs), dynamo=True, verbose=False,
                                          input_names=inputs, output_names=outputs)
     except Exception as exc:
         job.notes.append(f"torch.onnx's own capture of the module failed too: {summary(exc)}")
