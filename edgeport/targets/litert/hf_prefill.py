@@ -18,8 +18,8 @@ path): 32-token prompt 15.5 against 20.5 for the stock prefill of 31 + one decod
 trim); 128 tokens 36.0 against 40.3 (39.7 without the trim: the logits row alone barely pays at 128).
 
 The hook wraps the base prefill module's forward while export_hf traces it. A model family whose prefill
-module replaces that forward (export_hf's model_ext) never calls the hook, and an export the hook breaks
-raises: :func:`export` then exports again without prefill logits (the stock signatures; the runner then
+module replaces that forward (export_hf's model_ext) never calls the hook, and an export raising after the
+hook ran may be the hook's doing: :func:`export` then exports again without prefill logits (the stock signatures; the runner then
 prefills n - 1 tokens and decodes the last).
 """
 
@@ -87,8 +87,10 @@ def export(export_hf, source: str, work: str, bundle: bool, **options) -> bool:
         try:
             with latest_position_logits(fired):
                 export_hf.export(source, work, bundle_litert_lm=False, prefill_logits=True, **options)
-        except Exception:   # noqa: BLE001 - the stock export below says whether export_hf takes the model
-            fired.clear()
+        except Exception:
+            if not fired:   # it failed before tracing a prefill (a model it refuses): the stock export would too
+                raise
+            fired.clear()   # the hooked prefill failed: the stock export says whether export_hf takes the model
         if fired:
             return True
         shutil.rmtree(work, ignore_errors=True)
