@@ -13,14 +13,14 @@ row builds it (the target's rewrites, then its converter). LiteRT rows are named
 them (``litert [export_hf]`` when the litert-lm extra is installed: ``--litert-lowering auto`` routes a Hugging
 Face causal LM through litert-torch's export_hf; ``[edgeport]`` otherwise, or with ``--edgeport-lowering`` as an
 extra row set); LiteRT's dynamic-int8 and int4-block32 variants are quantized from that row's fp32 .tflite
-(size, speed, token agreement with ``generate``). A routed row's prefill is export_hf's prefill of the prompt
-but its last token plus one decode step (export_hf's prefill returns no logits), so it is the time to the first
-token; ``litert export_hf (bare signatures)`` (``export_hf`` in ``--targets``) times the same file's
-``prefill_<L>`` and ``decode`` as LiteRT-LM calls them, no second export. ``--peaky`` gives the model decisive
+(size, speed, token agreement with ``generate``). A routed row's prefill is one call of export_hf's prefill
+as edgeport exports it (edgeport/targets/litert/hf_prefill.py: it returns the last real token's logits), so
+it is the time to the first token, as every row's; ``litert export_hf (bare signatures)`` (``export_hf`` in
+``--targets``) times the same file's ``prefill_<L>`` and ``decode`` as LiteRT-LM calls them, no second export. ``--peaky`` gives the model decisive
 logits (tests/tiny_lm.py ``peaky``): on the random-init model the top logits are near-ties, so any quantizer
 flips the first token and its agreement says nothing about the quantizer.
 
-``decode CPU ms`` / ``prefill L CPU ms`` (the longest prefill length): p50 of the call's process CPU time
+``decode CPU ms`` / ``prefill L CPU ms`` (every prefill length): p50 of the call's process CPU time
 at 1 thread. On a shared, overloaded machine
 wall-clock p50s swing with whatever else runs; the CPU time a step costs does not, so same-run ratios of
 that column are the steadier comparison.
@@ -222,7 +222,7 @@ def run(args, lens, tmp: Path):
         block = eager_latency(exported.model, exported.layout, threads)
         if threads == 1:
             block["cpu_decode_ms"] = eager_cpu_ms(exported.model, exported.layout, "decode", lens[0])
-            block["cpu_prefill_ms"] = eager_cpu_ms(exported.model, exported.layout, "prefill", lens[-1], PREFILL_RUNS)
+            block["cpu_prefill_ms"] = {n: eager_cpu_ms(exported.model, exported.layout, "prefill", n, PREFILL_RUNS) for n in lens}
         rows.append(("PyTorch eager", threads, block))
         for name, (support, path, seconds) in artifacts.items():
             runner = support.load(path, threads)
@@ -233,8 +233,7 @@ def run(args, lens, tmp: Path):
             feeds = timing_feeds(runner, exported.layout, prompt)
             if threads == 1:
                 block["cpu_decode_ms"] = cpu_ms(lambda: runner.run("decode", feeds["decode"]))
-                longest = f"prefill_{lens[-1]}"
-                block["cpu_prefill_ms"] = cpu_ms(lambda: runner.run(longest, feeds[longest]), PREFILL_RUNS)
+                block["cpu_prefill_ms"] = {n: cpu_ms(lambda s=f"prefill_{n}": runner.run(s, feeds[s]), PREFILL_RUNS) for n in lens}
             rows.append((name, threads, {**block, "size_mb": size_mb(path)}))
         if export_hf is not None:
             rows.append(("litert export_hf (bare signatures)", threads, anchor_block(export_hf, threads, prompt, lens)))
@@ -277,7 +276,7 @@ def anchor_block(path: Path, threads: int, prompt: list[int], lens) -> dict:
     block = {**latency_block(prefill, decode, threads), "size_mb": size_mb(path)}
     if threads == 1:
         block["cpu_decode_ms"] = cpu_ms(lambda: runner.raw("decode", feeds))
-        block["cpu_prefill_ms"] = cpu_ms(lambda: runner.raw(*calls[lens[-1]]), PREFILL_RUNS)
+        block["cpu_prefill_ms"] = {n: cpu_ms(lambda c=calls[n]: runner.raw(*c), PREFILL_RUNS) for n in lens}
     return block
 
 
@@ -304,8 +303,9 @@ def print_table(rows, facts, peaky: bool = False) -> None:
     lens = list(rows[0][2]["prefill_ms"])
     print(f"| runtime | threads | size MiB | " + " | ".join(f"prefill {n} ms" for n in lens)
           + " | decode ms/token | tokens/s | vs eager decode | vs eager prefill " + lens[-1]
-          + f" | % of bandwidth bound | decode CPU ms | vs eager CPU | prefill {lens[-1]} CPU ms | vs eager CPU |")
-    print("|" + "---|" * (len(lens) + 12))
+          + " | % of bandwidth bound | decode CPU ms | vs eager CPU | "
+          + " | ".join(f"prefill {n} CPU ms | vs eager CPU" for n in lens) + " |")
+    print("|" + "---|" * (3 * len(lens) + 10))
     for name, threads, block in rows:
         base = eager[threads]
         cpu, pre = block.get("cpu_decode_ms"), block.get("cpu_prefill_ms")
@@ -316,7 +316,8 @@ def print_table(rows, facts, peaky: bool = False) -> None:
               + f" | {base['prefill_ms'][lens[-1]] / block['prefill_ms'][lens[-1]]:.2f}x"
               + f" | {100 * block['tokens_per_s'] / bound:.0f}%"
               + (f" | {cpu:.2f} | {base['cpu_decode_ms'] / cpu:.2f}x" if cpu else " | - | -")
-              + (f" | {pre:.2f} | {base['cpu_prefill_ms'] / pre:.2f}x |" if pre else " | - | - |"))
+              + "".join(f" | {pre[int(n)]:.2f} | {base['cpu_prefill_ms'][int(n)] / pre[int(n)]:.2f}x" if pre else " | - | -"
+                        for n in lens) + " |")
 
 
 if __name__ == "__main__":

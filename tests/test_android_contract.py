@@ -287,15 +287,17 @@ def test_kotlin_generation_loop_stops_at_eos(converted, kotlin):
 
 def test_kotlin_generation_loop_drives_an_export_hf_artifact(converted, kotlin):
     """export_hf's .tflite by the manifest's roles alone: `tokens`/`input_pos`/`mask`/`kv_cache_*` fed as
-    input_ids/position_ids/attention_mask/cache_*, its prefill (no logits output) given all but the last
-    prompt token and the last through one decode step, as hf_runner.py does: the replay holds the core to
-    export_hf's exact calls (names, shapes, the additive mask's bytes) and the reference's tokens come out."""
+    input_ids/position_ids/attention_mask/cache_*, its prefill (logits of one row: its highest position, as
+    edgeport exports it) given the whole prompt with the padding rows repeating the last real position, as
+    hf_runner.py does: the replay holds the core to export_hf's exact calls (names, shapes, the positions, the
+    additive mask's bytes) and the reference's tokens come out."""
     manifest = json.loads((converted["hf"] / "manifest.json").read_text())
     artifact = next(a for a in manifest["generation"]["artifacts"] if (a["target"], a["variant"]) == ("litert", "fp32"))
     assert artifact["built_by"] == "export_hf"
     prefill = artifact["signatures"]["prefill_8"]
     assert {t["name"]: t["role"] for t in prefill["inputs"]}["mask"] == "attention_mask"
-    assert "logits" not in [t["role"] for t in prefill["outputs"]]   # the convention this test is about
+    logits = next(t for t in prefill["outputs"] if t["role"] == "logits")   # the convention this test is about
+    assert logits["shape"][-2] == 1
     result = kotlin["hf"]
     assert result["ok"], result
     sample = manifest["generation"]["parity_sample"]

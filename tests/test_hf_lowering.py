@@ -40,6 +40,11 @@ def test_auto_lowers_an_hf_lm_through_export_hf_token_exact(routed):
     assert g["logits_max_rel_err"] < 1e-4 and g["kv_cache_bytes"] > 0
     decode = {t["name"]: t for t in row["signatures"]["decode"]["inputs"]}
     assert decode["kv_cache_k_0"]["role"] == "cache_k_0" and decode["tokens"]["role"] == "input_ids"
+    # edgeport's export gives the prefill the last real token's logits: one row (hf_prefill.py)
+    for length in (8, 16):
+        logits = next(t for t in row["signatures"][f"prefill_{length}"]["outputs"] if t["role"] == "logits")
+        assert logits["shape"][-2:] == [1, layout_vocab(out)]
+    assert "highest input_pos" in row["kv_cache"]
     # the quantized variant comes from the same lowering (one export per run) and keeps its token budget
     q = rows["dynamic-int8"]
     assert q["built_by"] == "export_hf" and "quantized" in q["lowering_reason"], q.get("error")
@@ -50,10 +55,18 @@ def test_auto_lowers_an_hf_lm_through_export_hf_token_exact(routed):
     assert not (out / "litert" / "export_hf").exists()   # its work files go (no bundle asked for)
 
 
+def layout_vocab(out: Path) -> int:
+    from edgeport.pipeline.tasks.text_generation.directory import read_layout
+
+    return read_layout(out).vocab_size
+
+
 def test_export_hf_runner_matches_generate_on_every_prompt_shape(routed):
-    """The runner's prefill (export_hf's prefill of all but the last token, then one decode step) for a
-    one-token prompt, one right-padded into a prefill, one filling it and one longer than every prefill
-    (the rest through decode), against the model's own greedy generate."""
+    """The runner's prefill (one call: export_hf's prefill answering its highest position, the padding rows
+    repeating the last real one) for a one-token prompt, one right-padded into a prefill, one filling it and
+    one longer than every prefill (the rest through decode), against the model's own greedy generate; and the
+    stock path (a prefill with no logits: all but the last token, then one decode step) on the same file
+    with its logits ignored gives the same tokens."""
     from edgeport.pipeline.tasks.text_generation.directory import read_layout
     from edgeport.pipeline.tasks.text_generation.export import load_causal_lm
     from edgeport.pipeline.tasks.text_generation.loop import greedy
@@ -67,9 +80,14 @@ def test_export_hf_runner_matches_generate_on_every_prompt_shape(routed):
     prompts = [[(7 * i + 11) % (layout.vocab_size - 3) + 3 for i in range(n)] for n in (1, 5, 16, 21)]
     model, _ = load_causal_lm(SimpleNamespace(model=layout.model, trust_remote_code=False))
     expected = generate_reference(model, prompts, 4, layout.cache_len)
+    assert runner.prefill_logits
     for prompt, ref in zip(prompts, expected):
         got = greedy(runner, layout, prompt, 4)
         assert got.tokens == ref.tokens and abs(got.logits - ref.logits).max() < 1e-3, len(prompt)
+        runner.prefill_logits = False   # the stock convention, as for the --litertlm export's .tflite
+        stock = greedy(runner, layout, prompt, 4)
+        runner.prefill_logits = True
+        assert stock.tokens == ref.tokens and abs(stock.logits - got.logits).max() < 1e-4, len(prompt)
 
 
 def test_generate_runs_the_export_hf_artifact(routed):
@@ -164,3 +182,35 @@ def test_the_lowering_option_is_checked_at_plan_time(monkeypatch):
     with pytest.raises(UsageError, match="edgeport\\[litert-lm\\]"):
         hf_lowering.validate("export_hf")
     hf_lowering.validate("auto")
+
+
+def config_only(path: Path, config, tokenizer: bool) -> Path:
+    """A model directory with a config (and a placeholder tokenizer file): all a plan-time refusal reads."""
+    config.save_pretrained(path)
+    if tokenizer:
+        (path / "tokenizer.json").write_text("{}")
+    return path
+
+
+def test_forcing_export_hf_on_a_model_it_refuses_is_exit_2_at_plan_time(tmp_path):
+    """--litert-lowering export_hf on a model export_hf refuses (no tokenizer; a sliding window shorter than
+    --cache-len: ring caches): exit 2, one line naming the reason, before any export (no weights exist to
+    load here); ``auto`` on the same model is no plan-time error (it falls back at convert time)."""
+    from transformers import LlamaConfig, MistralConfig
+
+    from conftest import run_cli
+    from edgeport.targets.litert.hf_lowering import check_plan
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                 vocab_size=64, max_position_embeddings=128, architectures=["LlamaForCausalLM"])
+    models = {"tokenizer.json": config_only(tmp_path / "a", LlamaConfig(**small), tokenizer=False),
+              "sliding window (16)": config_only(tmp_path / "b", MistralConfig(**{**small, "architectures": ["MistralForCausalLM"]},
+                                                                             sliding_window=16), tokenizer=True)}
+    for named, model in models.items():
+        result = run_cli("convert", f"hf:{model}", "-t", "litert", "--litert-lowering", "export_hf", "--task",
+                         "text-generation", "--prefill-len", "8", "--cache-len", "64", "--out", tmp_path / "o")
+        assert result.returncode == 2, result.stdout + result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "error: --litert-lowering export_hf: " in lines[0] and named in lines[0], lines
+        assert not (tmp_path / "o").exists() or not any((tmp_path / "o").rglob("*.pt2"))
+        check_plan(SimpleNamespace(model=f"hf:{model}", trust_remote_code=False), {"litert_lowering": "auto"}, 64)

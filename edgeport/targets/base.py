@@ -143,6 +143,9 @@ class GenerativeSupport:
     # job -> True when ``convert`` will build this job's artifact from the model's own files (no rewrites
     # needed up front; see GenerativeJob.rewrite); None: always from the programs
     from_source: Callable[[GenerativeJob], bool] | None = None
+    # plan time, before the model loads: (source, target options, cache_len) -> None, UsageError (exit 2)
+    # when the target's options cannot hold for this model
+    check: Callable[[Any, dict, int], None] | None = None
 
     def bundle(self, variant: str) -> BundleSupport | None:
         return next((b for b in self.bundles if b.variant == variant), None)

@@ -62,8 +62,13 @@ def convert(job: GenerativeJob) -> Converted:
         built_by, reason = lowered_by(fp32), f"{job.variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
             f"; fp32: {reason}" if reason else "")
     exported_hf = built_by == "export_hf"
-    kv = ("export_hf's: kv_cache_k_<i>/kv_cache_v_<i> in and out beside tokens, input_pos and an additive mask; "
-          "prefill returns no logits" if exported_hf else "explicit input/output state (no resource variables)")
+    kv = "explicit input/output state (no resource variables)"
+    if exported_hf:
+        from edgeport.targets.litert.hf_runner import prefill_has_logits
+
+        kv = ("export_hf's: kv_cache_k_<i>/kv_cache_v_<i> in and out beside tokens, input_pos and an additive mask; "
+              + ("prefill returns the logits of its highest input_pos (padding rows repeat the last real position)"
+                 if prefill_has_logits(path) else "prefill returns no logits"))
     return Converted(path, {"ops": op_counts(path), "built_by": built_by, "lowering_reason": reason, "kv_cache": kv,
                             **details}, from_source=exported_hf)
 
@@ -155,6 +160,12 @@ def load(path: Path, threads: int):
     return (ExportHfRunner if is_export_hf(Path(path)) else LiteRTSignatureRunner)(Path(path), threads)
 
 
+def check(source, options: dict, cache_len: int) -> None:
+    from edgeport.targets.litert.hf_lowering import check_plan
+
+    check_plan(source, options, cache_len)
+
+
 def from_source(job: GenerativeJob) -> bool:
     """export_hf will build this row's .tflite (or built the fp32 one it quantizes): no rewrites up front."""
     from edgeport.targets.litert.hf_lowering import will_try
@@ -169,4 +180,5 @@ def from_source(job: GenerativeJob) -> bool:
 LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="fp32",
                          module="edgeport.targets.litert.litertlm")
 GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
-                               convert=convert, load=load, bundles=(LITERTLM,), from_source=from_source)
+                               convert=convert, load=load, bundles=(LITERTLM,), from_source=from_source,
+                               check=check)

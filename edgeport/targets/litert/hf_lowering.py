@@ -52,23 +52,65 @@ def installed() -> bool:
 
 
 def model_dir(layout: dict) -> Path | None:
-    spec = layout.get("model") or ""
+    return local_dir(layout.get("model") or "")
+
+
+def local_dir(spec: str) -> Path | None:
+    """The local Hugging Face directory of an ``hf:`` source spec (None for anything else)."""
     where = Path(spec[3:]) if spec.startswith("hf:") else None
     return where if where is not None and (where / "config.json").is_file() else None
 
 
-def refusal(layout: dict) -> str | None:
-    """Why export_hf cannot take this model before trying it (None: try it)."""
+def source_refusal(spec: str) -> str | None:
+    """Why export_hf cannot take the source ``spec`` (None: it may): what its files say, before any export."""
     if not installed():
         return f"export_hf is not installed ({INSTALL})"
-    if model_dir(layout) is None:
-        return f"export_hf reads a local Hugging Face directory; the source is {layout.get('model')!r}"
-    if not any((model_dir(layout) / f).is_file() for f in TOKENIZER_FILES):
+    if local_dir(spec) is None:
+        return f"export_hf reads a local Hugging Face directory; the source is {spec!r}"
+    if not any((local_dir(spec) / f).is_file() for f in TOKENIZER_FILES):
         return f"export_hf loads the model's tokenizer, and the model directory has none ({' or '.join(TOKENIZER_FILES)})"
+    return None
+
+
+RING = "which export_hf's whole-cache mask does not express"
+
+
+def refusal(layout: dict) -> str | None:
+    """Why export_hf cannot take this model before trying it (None: try it)."""
+    why = source_refusal(layout.get("model") or "")
+    if why:
+        return why
     ring = [c["name"] for c in layout.get("cache", []) if c["kind"] != "length" and c["shape"][2] != layout["cache_len"]]
     if ring:
-        return (f"ring caches for sliding-window layers ({ring[0]}, ...: cache longer than the window), which "
-                "export_hf's whole-cache mask does not express")
+        return f"ring caches for sliding-window layers ({ring[0]}, ...: cache longer than the window), {RING}"
+    return None
+
+
+def check_plan(source, options: dict, cache_len: int) -> None:
+    """Plan time (before the model loads): ``--litert-lowering export_hf`` on a model export_hf refuses is
+    exit 2, one line naming why; ``auto`` falls back to edgeport's lowering at convert time, the reason in
+    the row."""
+    if (options.get(OPTION) or "auto") != "export_hf":
+        return
+    why = source_refusal(source.model) or window_refusal(local_dir(source.model), cache_len, source.trust_remote_code)
+    if why:
+        raise UsageError(f"--litert-lowering export_hf: {why}")
+
+
+def window_refusal(where: Path, cache_len: int, trust_remote_code: bool) -> str | None:
+    """The ring-cache refusal read off the config (transformers' own static cache layers, no weights): a
+    sliding-window layer whose window is shorter than ``cache_len``."""
+    from transformers import AutoConfig, StaticCache
+
+    try:
+        config = AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
+        layers = StaticCache(config=config, max_cache_len=cache_len).layers
+    except Exception:   # an unusual config: export_hf (or the model loader) says why at convert time
+        return None
+    windows = sorted({int(x.max_cache_len) for x in layers if getattr(x, "is_sliding", False) and x.max_cache_len < cache_len})
+    if windows:
+        return (f"--cache-len {cache_len} exceeds the sliding window ({windows[0]}): ring caches for the "
+                f"sliding-window layers, {RING}")
     return None
 
 
@@ -120,17 +162,20 @@ def export(job, dst: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> None:
+def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> bool:
     """The one export_hf call (this route's and the ``--litertlm`` bundle's): fp32 (``quantization_recipe=
     "none"``; its default is dynamic int8) at the layout's prefill lengths and cache length, into a fresh
-    ``work`` folder."""
+    ``work`` folder. True when its prefill returns the last real token's logits
+    (:mod:`edgeport.targets.litert.hf_prefill`; never in the bundle)."""
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     shutil.rmtree(work, ignore_errors=True)
     from litert_torch.generative.export_hf import export as export_hf  # imports tensorflow
 
-    export_hf.export(str(source), str(work), prefill_lengths=list(layout["prefill_lens"]),
-                     cache_length=int(layout["cache_len"]), quantization_recipe="none", keep_temporary_files=True,
-                     bundle_litert_lm=bundle)
+    from edgeport.targets.litert import hf_prefill
+
+    return hf_prefill.export(export_hf, str(source), str(work), bundle, prefill_lengths=list(layout["prefill_lens"]),
+                             cache_length=int(layout["cache_len"]), quantization_recipe="none",
+                             keep_temporary_files=True)
 
 
 def check_signatures(path: Path, layout: dict) -> None:

@@ -3,16 +3,21 @@ LiteRT-LM drives it, and spoken to in the generative layout's roles so the one g
 ``edgeport generate`` run it like any other artifact.
 
 Its signatures are not edgeport's: ``prefill_<L>(tokens, input_pos, mask, kv_cache_k_<i>, kv_cache_v_<i>)``
-returns only the updated caches (no logits), ``decode`` takes the same inputs for one token and returns
-``logits`` and the caches; ``mask`` is an additive float mask over the whole cache (0 on slots a position
-attends, float32's lowest number elsewhere: the one convention of every float mask edgeport feeds, so an app
-fills any float ``attention_mask`` role alike; softmax gives those slots 0 as for -inf), and the caches are
-opaque state in export_hf's own layout (its value cache is stored transposed), passed back by name. So a
-prefill of a prompt of n real tokens (the loop says n as ``prompt_len``; :attr:`takes_prompt_len`) is
-export_hf's prefill of the first n - 1 tokens and one decode step of the last, whose logits are the prompt's
-last position's: what an app running this artifact does to get its first token (the Android sample's
-GenerationLoop, which sees it as a prefill with no ``logits`` output in manifest.json), and what the prefill
-latency of the row therefore times.
+returns the updated caches, ``decode`` takes the same inputs for one token and returns ``logits`` and the
+caches; ``mask`` is an additive float mask over the whole cache (0 on slots a position attends, float32's
+lowest number elsewhere: the one convention of every float mask edgeport feeds, so an app fills any float
+``attention_mask`` role alike; softmax gives those slots 0 as for -inf), and the caches are opaque state in
+export_hf's own layout (its value cache is stored transposed), passed back by name. The loop says the
+prompt's real length n as ``prompt_len`` (:attr:`takes_prompt_len`):
+
+- edgeport's export (:mod:`edgeport.targets.litert.hf_prefill`) gives the prefill a ``logits`` output
+  (1, 1, V): the row of the highest ``input_pos``. The prompt goes in right-padded, its padding rows
+  repeating the last real position n - 1, so one prefill call answers the first token;
+- export_hf's stock prefill (no logits: the ``--litertlm`` bundle's, or a family whose prefill module the hook
+  does not reach) takes the first n - 1 tokens and the last goes through one decode step, whose logits are the
+  prompt's last position's (what LiteRT-LM and the Android sample's GenerationLoop do for such a prefill).
+
+Either way the row's prefill latency is the time to the first token.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ NEG = np.finfo(np.float32).min   # layout.as_mask's masked value
 KV = "kv_cache_"
 
 
-def signature_inputs(path: Path) -> dict[str, list[str]]:
-    """signature -> input names, read from the flatbuffer's signature defs (no interpreter, no copy)."""
+def signature_inputs(path: Path, outputs: bool = False) -> dict[str, list[str]]:
+    """signature -> input (``outputs``: output) names, read from the flatbuffer's signature defs (no
+    interpreter, no copy)."""
     from ai_edge_litert import schema_py_generated as schema
 
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
@@ -37,7 +43,8 @@ def signature_inputs(path: Path) -> dict[str, list[str]]:
         out = {}
         for i in range(model.SignatureDefsLength()):
             sig = model.SignatureDefs(i)
-            out[sig.SignatureKey().decode()] = [sig.Inputs(j).Name().decode() for j in range(sig.InputsLength())]
+            get, count = (sig.Outputs, sig.OutputsLength) if outputs else (sig.Inputs, sig.InputsLength)
+            out[sig.SignatureKey().decode()] = [get(j).Name().decode() for j in range(count())]
         del model, sig
     return out
 
@@ -46,6 +53,11 @@ def is_export_hf(path: Path) -> bool:
     """export_hf's signatures (``tokens``, ``input_pos``, ``kv_cache_*``), not edgeport's roles."""
     decode = signature_inputs(path).get("decode", [])
     return "tokens" in decode and any(n.startswith(KV) for n in decode)
+
+
+def prefill_has_logits(path: Path) -> bool:
+    """export_hf's prefill answers the last real token's logits (edgeport's export, :mod:`.hf_prefill`)."""
+    return any(n.startswith("prefill_") and "logits" in names for n, names in signature_inputs(path, outputs=True).items())
 
 
 def role(name: str) -> str:
@@ -72,6 +84,7 @@ class ExportHfRunner(SignatureRunner):
         self.kv = {k: tuple(v["shape"]) for k, v in inputs.items() if k.startswith(KV)}
         self.lens = sorted(int(n.split("_")[1]) for n in self.runners if n.startswith("prefill_"))
         self.layers = sorted({int(k.rsplit("_", 1)[1]) for k in self.kv})
+        self.prefill_logits = "logits" in self.runners[f"prefill_{self.lens[0]}"].get_output_details()
 
     def signatures(self) -> list[str]:
         return list(self.runners)
@@ -81,13 +94,17 @@ class ExportHfRunner(SignatureRunner):
 
     def prefill_feeds(self, ids: list[int], cache: dict, length: int | None = None) -> tuple[str, dict]:
         """(signature, feeds) writing ``ids`` at slots 0.. (right-padded into ``length``, default the
-        smallest prefill that holds them); row i of the mask attends slots 0..i."""
+        smallest prefill that holds them); row i of the mask attends slots 0..i. A prefill with logits
+        answers its highest position's row, so its padding rows repeat the last real position."""
         length = length or next(n for n in self.lens if n >= len(ids))
         tokens = np.zeros((1, length), np.int32)
         tokens[0, :len(ids)] = ids
+        positions = np.arange(length, dtype=np.int32)
+        if self.prefill_logits:
+            positions = np.minimum(positions, max(len(ids), 1) - 1)
         allowed = np.tril(np.ones((length, self.cache_len), bool))
         mask = np.where(allowed, np.float32(0), NEG).astype(np.float32)[None, None]
-        return f"prefill_{length}", {"tokens": tokens, "input_pos": np.arange(length, dtype=np.int32), "mask": mask, **cache}
+        return f"prefill_{length}", {"tokens": tokens, "input_pos": positions, "mask": mask, **cache}
 
     def decode_feeds(self, token: int, pos: int, cache: dict) -> dict:
         mask = np.full((1, 1, 1, self.cache_len), NEG, np.float32)
@@ -98,8 +115,9 @@ class ExportHfRunner(SignatureRunner):
         return self.runners[name](**feeds)
 
     def run(self, name: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One layout-role call (see the module docstring): ``decode`` as is; ``prefill_<L>`` as export_hf's
-        prefill of the first ``prompt_len - 1`` tokens (all L without it) plus one decode step."""
+        """One layout-role call (see the module docstring): ``decode`` as is; ``prefill_<L>`` of the
+        first ``prompt_len`` tokens (all L without it): one call when the prefill has logits, else export_hf's
+        prefill of all but the last plus one decode step."""
         if name == "decode":
             pos = int(np.asarray(feeds["position_ids"]).reshape(-1)[0])
             token = int(np.asarray(feeds["input_ids"]).reshape(-1)[0])
@@ -109,6 +127,8 @@ class ExportHfRunner(SignatureRunner):
         ids = [int(t) for t in np.asarray(feeds["input_ids"]).reshape(-1)]
         real = int(np.asarray(feeds.get("prompt_len", length)).reshape(-1)[0])
         cache = self.fresh()
+        if self.prefill_logits:
+            return self._answer(self.raw(*self.prefill_feeds(ids[:real], cache, length)), real)
         if real > 1:
             signature, prefill = self.prefill_feeds(ids[:real - 1], cache, length)
             out = self.raw(signature, prefill)

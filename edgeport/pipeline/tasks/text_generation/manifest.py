@@ -26,15 +26,18 @@ FEEDING = {
              "next; integers and masks in the dtype and shape the signature declares.",
     "prefill_<L>": "input_ids (1, L) right-padded with 0; position_ids 0..L-1; cache_len_<l> 0 (prompt_len, when "
                    "present, = the real prompt length); a mask: row i allows slots 0..i. Then set every "
-                   "cache_len_<l> output to the real prompt length before the first decode. A prefill with no "
-                   "logits output (export_hf's .tflite) takes only the prompt's first n - 1 tokens (for n = 1 no "
+                   "cache_len_<l> output to the real prompt length before the first decode. A prefill whose "
+                   "logits hold one row (1, 1, V) for L > 1 answers its highest position: its padding rows repeat "
+                   "the last real position (0, 1, .., n - 1, n - 1, ..) and its cache inputs start as zeros. A "
+                   "prefill with no logits output takes only the prompt's first n - 1 tokens (for n = 1 no "
                    "prefill runs: every cache starts as zeros), right-padded into the same L; the last token then "
                    "goes through one decode step at position n - 1, whose logits give the first new token.",
     "decode": "input_ids (1, 1) = the last token; position_ids = its position pos; each attention_mask* "
               "(1, 1, 1, S) True (or 0.0 for a float mask, float32's lowest number elsewhere) on slots "
               "0..min(pos, S - 1), S its last dimension: C, or a sliding layer's ring of W slots (written at "
               "pos % W); the cache outputs of the previous call.",
-    "greedy": "next token = argmax of logits (prefill: row len(prompt) - 1); stop at an eos id or a full cache.",
+    "greedy": "next token = argmax of logits (prefill: row len(prompt) - 1, or its one row); stop at an eos id or a "
+              "full cache.",
 }
 
 

@@ -67,6 +67,9 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
         bundle = target.generation().bundle(variant)
         if bundle:
             bundle.impl().check(Path(opts.source.model[3:]))
+    for target in dict.fromkeys(target for target, _ in rows):
+        if target.generation().check:
+            target.generation().check(opts.source, opts.target_options or {}, cache_len)
     return GenerationPlan(lens, cache_len, gen_tokens, arch, rows, skipped)
 
 

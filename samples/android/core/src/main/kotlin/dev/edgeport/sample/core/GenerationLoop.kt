@@ -12,9 +12,12 @@ package dev.edgeport.sample.core
  *   through `decode` one by one (their predictions discarded);
  * - after prefill every cache-length tensor is set back to the real prompt length (the padded slots are
  *   masked out and overwritten before they are read);
- * - a prefill with no `logits` output (export_hf's) takes the prompt's first n - 1 tokens only (none when
- *   n = 1: the caches start as zeros), still in that `prefill_<L>`, and the last token goes through one
- *   `decode` step at position n - 1 whose logits give the first token (edgeport/targets/litert/hf_runner.py);
+ * - a prefill whose `logits` hold one row (export_hf's as edgeport exports it) answers its highest position:
+ *   its padding rows repeat the last real position n - 1 (positions 0, 1, .., n - 1, n - 1, ..), its cache
+ *   inputs start as zeros, and its one row gives the first token (edgeport/targets/litert/hf_runner.py);
+ * - a prefill with no `logits` output (export_hf's stock one) takes the prompt's first n - 1 tokens only
+ *   (none when n = 1: the caches start as zeros), still in that `prefill_<L>`, and the last token goes
+ *   through one `decode` step at position n - 1 whose logits give the first token;
  * - `decode` takes the last token, its slot position, a mask allowing slots 0..pos, and the cache: every
  *   output whose `role` names an input feeds that input on the next call;
  * - a float mask is additive: 0 where allowed, float32's lowest number elsewhere (a bool mask: true/false);
@@ -31,6 +34,9 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
     /** False for export_hf's prefill, which returns only the caches: the prompt's last token then goes through decode. */
     val prefillHasLogits: Boolean
 
+    /** True when every prefill's logits hold one row: its highest position's (padding rows repeat the last real one). */
+    val prefillLastRowOnly: Boolean
+
     init {
         require(generation.prefillLens.isNotEmpty()) { "manifest.json lists no prefill lengths" }
         for (name in generation.prefillLens.map(::prefillName) + DECODE) {
@@ -40,6 +46,9 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
         val withLogits = generation.prefillLens.map { signature(prefillName(it)).outputs.any { o -> o.role == LOGITS } }
         require(withLogits.distinct().size == 1) { "some prefill signatures have a $LOGITS output and some do not" }
         prefillHasLogits = withLogits.first()
+        prefillLastRowOnly = prefillHasLogits && generation.prefillLens.all { length ->
+            signature(prefillName(length)).outputs.first { it.role == LOGITS }.shape.let { it.size >= 2 && it[it.size - 2] == 1 }
+        }
     }
 
     fun prefillLengthFor(promptLen: Int): Int = generation.prefillLens.firstOrNull { it >= promptLen } ?: generation.prefillLens.last()
@@ -70,8 +79,8 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
     /** The logits of the prompt's last real position and the cache after `head` (at most `length` tokens). */
     private fun prefill(length: Int, head: List<Int>): Pair<FloatArray, Map<String, Tensor>> {
         if (prefillHasLogits) {
-            val out = call(prefillName(length), prefillFeeds(length, head))
-            return row(logitsOf(out), head.size - 1) to cacheOf(out).mapValues { (role, t) -> if (role in lengthInputs) filled(t, head.size) else t }
+            val out = call(prefillName(length), prefillFeeds(length, head, if (prefillLastRowOnly) zeroCache() else emptyMap()))
+            return row(logitsOf(out), if (prefillLastRowOnly) 0 else head.size - 1) to cacheOf(out).mapValues { (role, t) -> if (role in lengthInputs) filled(t, head.size) else t }
         }
         var cache = zeroCache()
         if (head.size > 1) cache = cacheOf(call(prefillName(length), prefillFeeds(length, head.dropLast(1), cache)))
@@ -99,7 +108,7 @@ class GenerationLoop(private val generation: Generation, artifact: GenerationArt
             val role = roleOf(input)
             input.name to when {
                 role == INPUT_IDS -> ints(input, IntArray(length) { if (it < ids.size) ids[it] else 0 })
-                role == POSITION_IDS -> ints(input, IntArray(length) { it })
+                role == POSITION_IDS -> ints(input, IntArray(length) { if (prefillLastRowOnly) minOf(it, ids.size - 1) else it })
                 role in lengthInputs -> ints(input, IntArray(input.count()))
                 isMask(role) -> mask(input, prefillAllowed(input, length))
                 else -> cache[role] ?: throw IllegalArgumentException("prefill input ${input.name} has no known role")
