@@ -33,7 +33,7 @@ def convert(job: GenerativeJob) -> Converted:
     out.mkdir(parents=True, exist_ok=True)
     precision = "highest" if job.variant == "fp32" else "default"
     topologies = [] if job.artifact_only else topologies_of(job.options)
-    weights, meta, compiles = {}, {}, []
+    weights, tied, meta, compiles = {}, {}, {}, []
     # x64 off whatever an earlier converter set (litert-torch's jax bridge turns it on globally at import):
     # int64 ids, positions and cache lengths become int32 avals, so the artifact takes the same dtypes in
     # every process that loads it (a fresh `validate` or a server runs with jax's default, x64 off)
@@ -42,13 +42,14 @@ def convert(job: GenerativeJob) -> Converted:
             job.progress(f"lowering + jax.export {name}")
             lowered, entry, serialized = _export(name, program, job, out, precision)
             _merge_weights(weights, lowered.weights)
+            tied.update(lowered.tied)
             donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
             if topologies:
                 job.progress(f"compile {name} for {', '.join(t.name for t in topologies)}")
             compiles += _compile_all(topologies, CompileInput.of(serialized, lowered), out, donate, name)
             meta[name] = entry
     job.progress("writing the artifact (weights.safetensors)")
-    _write(out, weights, meta, job, precision)
+    _write(out, weights, tied, meta, job, precision)
     for failed in (c for c in compiles if not c["ok"]):
         job.notes.append(f"TPU compile of {failed['program']} for {failed['topology']} failed: {failed['error']}")
     if compiles:
@@ -96,14 +97,16 @@ def _compile_all(topologies, compile_input, out: Path, donate: tuple, name: str)
     return compile_for_topologies(topologies, compile_input, out, donate, program=name)
 
 
-def _write(out: Path, weights: dict, meta: dict, job: GenerativeJob, precision: str) -> None:
+def _write(out: Path, weights: dict, tied: dict, meta: dict, job: GenerativeJob, precision: str) -> None:
+    """``tied``: program state names that are another weight's tensor (a head tied to the embedding) ->
+    that weight's name; stored and passed once."""
     from edgeport.targets.tpu.weights import save as save_weights
 
-    save_weights(weights, out / WEIGHTS_FILE)
+    save_weights(weights, out / WEIGHTS_FILE, tied)
     (out / META_FILE).write_text(json.dumps({
         "format": "jax.export", "platforms": ["cpu", "tpu"], "variant": job.variant, "matmul_precision": precision,
         "call": "exported.call({w: weights[w] for w in signature.weights}, *inputs in signature order) -> outputs",
-        "signatures": meta}, indent=2) + "\n")
+        "tied": tied, "signatures": meta}, indent=2) + "\n")
 
 
 def load(path: Path, threads: int) -> JaxSignatureRunner:

@@ -49,6 +49,7 @@ class Lowered:
     input_avals: list           # jax.ShapeDtypeStruct per user input, symbolic dims where the program has them
     compile_avals: list         # the same at the example shapes (a TPU executable needs concrete shapes)
     dynamic_dims: dict          # input name -> [dims kept symbolic]
+    tied: dict                  # state name -> the name in ``weights`` holding its tensor (tied parameters)
 
 
 def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = ()) -> Lowered:
@@ -68,7 +69,8 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     state = {**program.state_dict, **program.constants}
     state_names = [s.target for s in signature.input_specs if s.kind != InputKind.USER_INPUT]
     user_positions = [i for i, s in enumerate(signature.output_specs) if s.kind == OutputKind.USER_OUTPUT]
-    weights = {name: mappings.t2j(state[name].detach()) for name in state_names}
+    tied = tied_names(state, state_names)
+    weights = {name: mappings.t2j(state[name].detach()) for name in state_names if name not in tied}
     compute = jnp.bfloat16 if variant == "bf16" else None
     if compute is not None:
         weights = {k: v.astype(compute) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in weights.items()}
@@ -80,13 +82,30 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     def fn(weights: dict, *inputs):
         if compute is not None:
             inputs = [x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x for x in inputs]
-        results = interpreter_class(program.graph_module).run(*[weights[n] for n in state_names], *inputs,
-                                                              enable_io_processing=False)
+        state_args = [weights[tied.get(n, n)] for n in state_names]
+        results = interpreter_class(program.graph_module).run(*state_args, *inputs, enable_io_processing=False)
         return tuple(results[i].astype(out_dtypes[k]) for k, i in enumerate(user_positions))
 
     dynamic = {name: [d for d, size in enumerate(a.shape) if not isinstance(size, int)]
                for name, a in zip(input_names, input_avals)}
-    return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v})
+    return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v}, tied)
+
+
+def tied_names(state: dict, names: list[str]) -> dict:
+    """Names of the program's state that are the same tensor as an earlier name (same storage, offset,
+    shape, strides and dtype: a head tied to the embedding) -> that earlier name. The jax program takes
+    such a tensor once, so the weights file, a loaded artifact and the compiler's HBM count hold it once
+    (Qwen3-0.6B's 0.62 GB table was written, mapped and compiled twice; bench/LARGE_GENERATION.md)."""
+    import torch
+
+    first, tied = {}, {}
+    for name in names:
+        t = state[name]
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type == "meta" or not t.numel():
+            continue
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        tied[name] = first.setdefault(key, name)
+    return {name: other for name, other in tied.items() if other != name}
 
 
 def _input_avals(program) -> list:
@@ -202,7 +221,7 @@ def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, low
     from edgeport.targets.tpu.weights import save as save_weights
 
     (out / EXPORT_FILE).write_bytes(serialized)
-    save_weights(lowered.weights, out / WEIGHTS_FILE)
+    save_weights(lowered.weights, out / WEIGHTS_FILE, lowered.tied)
     (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
     executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
     (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
@@ -259,6 +278,7 @@ def _meta(job: ConvertJob, exported, lowered: Lowered, precision: str, executabl
         "inputs": [describe(i, a) for i, a in zip(job.signature.inputs, exported.in_avals[n_weights:])],
         "outputs": [describe(o, a) for o, a in zip(job.signature.outputs, exported.out_avals)],
         "dynamic_dims": lowered.dynamic_dims, "executables": executables,
+        "tied": lowered.tied,   # program state name -> the weight that holds its tensor (stored once)
     }
 
 
