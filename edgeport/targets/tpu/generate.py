@@ -33,14 +33,14 @@ def convert(job: GenerativeJob) -> Converted:
     out.mkdir(parents=True, exist_ok=True)
     precision = "highest" if job.variant == "fp32" else "default"
     topologies = [] if job.artifact_only else topologies_of(job.options)
-    weights, tied, meta, compiles = {}, {}, {}, []
+    weights, tied, meta, compiles, converted = {}, {}, {}, [], {}
     # x64 off whatever an earlier converter set (litert-torch's jax bridge turns it on globally at import):
     # int64 ids, positions and cache lengths become int32 avals, so the artifact takes the same dtypes in
     # every process that loads it (a fresh `validate` or a server runs with jax's default, x64 off)
     with jax.enable_x64(False):
         for name, program in job.programs.items():
             job.progress(f"lowering + jax.export {name}")
-            lowered, entry, serialized = _export(name, program, job, out, precision)
+            lowered, entry, serialized = _export(name, program, job, out, precision, converted)
             _merge_weights(weights, lowered.weights)
             tied.update(lowered.tied)
             donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
@@ -59,13 +59,13 @@ def convert(job: GenerativeJob) -> Converted:
                      cacheable=not any("process" in c for c in compiles))
 
 
-def _export(name: str, program, job: GenerativeJob, out: Path, precision: str):
+def _export(name: str, program, job: GenerativeJob, out: Path, precision: str, converted: dict):
     import jax
 
     from edgeport.targets.tpu.target import _weight_avals, lower_program
 
     sample = job.samples[name]
-    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()))
+    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()), converted)
     with jax.default_matmul_precision(precision):
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
@@ -84,7 +84,8 @@ def _merge_weights(into: dict, weights: dict) -> None:
     import numpy as np
 
     for key, value in weights.items():
-        if key in into and not (into[key].shape == value.shape and np.array_equal(np.asarray(into[key]), np.asarray(value))):
+        if key in into and into[key] is not value and not (
+                into[key].shape == value.shape and np.array_equal(np.asarray(into[key]), np.asarray(value))):
             raise ValueError(f"weight {key!r} differs between signatures")
         into.setdefault(key, value)
 

@@ -52,8 +52,12 @@ class Lowered:
     tied: dict                  # state name -> the name in ``weights`` holding its tensor (tied parameters)
 
 
-def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = ()) -> Lowered:
-    """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature."""
+def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = (),
+                  converted: dict | None = None) -> Lowered:
+    """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature.
+    ``converted``: a dict kept across the programs of one model (prefill, decode): each weight storage is
+    converted to a jax array once (torchax's ``t2j`` copies a mapped weight: its offset is not 64-byte
+    aligned), not once per program (Qwen3-0.6B held 2.4 GB more per signature)."""
     import jax.numpy as jnp
     import torchax
     from torch.export.graph_signature import InputKind, OutputKind
@@ -70,10 +74,9 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     state_names = [s.target for s in signature.input_specs if s.kind != InputKind.USER_INPUT]
     user_positions = [i for i, s in enumerate(signature.output_specs) if s.kind == OutputKind.USER_OUTPUT]
     tied = tied_names(state, state_names)
-    weights = {name: mappings.t2j(state[name].detach()) for name in state_names if name not in tied}
     compute = jnp.bfloat16 if variant == "bf16" else None
-    if compute is not None:
-        weights = {k: v.astype(compute) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in weights.items()}
+    cache = {} if converted is None else converted
+    weights = {name: _to_jax(state[name], cache, compute) for name in state_names if name not in tied}
     interpreter_class = _node_reporting_interpreter()
     input_avals = _input_avals(program)
     compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
@@ -96,16 +99,42 @@ def tied_names(state: dict, names: list[str]) -> dict:
     shape, strides and dtype: a head tied to the embedding) -> that earlier name. The jax program takes
     such a tensor once, so the weights file, a loaded artifact and the compiler's HBM count hold it once
     (Qwen3-0.6B's 0.62 GB table was written, mapped and compiled twice; bench/LARGE_GENERATION.md)."""
-    import torch
-
     first, tied = {}, {}
     for name in names:
-        t = state[name]
-        if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type == "meta" or not t.numel():
-            continue
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
-        tied[name] = first.setdefault(key, name)
+        key = storage_key(state[name])
+        if key is not None:
+            tied[name] = first.setdefault(key, name)
     return {name: other for name, other in tied.items() if other != name}
+
+
+def storage_key(t):
+    """What makes two tensors the same values: (storage, offset, shape, strides, dtype); None when it can not
+    be told (not a dense CPU tensor, or empty)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type == "meta" or not t.numel():
+        return None
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def _to_jax(t, cache: dict, compute=None):
+    """``t`` as a jax array (floating weights cast to ``compute`` when given), converted once per storage while
+    ``cache`` lives; the cache keeps the tensor too, so a freed temporary's address can not come back as
+    another tensor's key."""
+    import jax.numpy as jnp
+    from torchax.ops import mappings
+
+    def convert():
+        array = mappings.t2j(t.detach())
+        return array.astype(compute) if compute is not None and jnp.issubdtype(array.dtype, jnp.floating) else array
+
+    key = storage_key(t)
+    if key is None:
+        return convert()
+    key = (*key, compute)
+    if key not in cache:
+        cache[key] = (t, convert())
+    return cache[key][1]
 
 
 def _input_avals(program) -> list:
