@@ -69,3 +69,38 @@ def test_same_bytes_under_other_names_are_stored_once(tmp_path):
     assert (tmp_path / WEIGHTS_FILE).stat().st_size == weight.nbytes
     for path, expected in zip(paths, before):
         np.testing.assert_array_equal(run(path, x), expected)
+
+
+def test_streamed_from_the_exporters_files_without_loading_them(tmp_path, monkeypatch):
+    """Each graph is read without its external data (a 1B model's graph loaded with its data held 4.9 GB
+    beside the programs): the bytes are copied from the exporter's file in chunks. A Constant node's
+    value in that file is brought inline (the file goes); the result runs as before."""
+    from onnx.external_data_helper import _get_attribute_tensors, convert_model_to_external_data
+
+    from edgeport.targets.onnx import shared_weights
+
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((64, 64), dtype=np.float32)
+    constant = rng.standard_normal(64, dtype=np.float32)
+    paths = [tmp_path / "prefill_4.onnx", tmp_path / "decode.onnx"]
+    for path in paths:
+        graph(path, weight, constant, external=False)
+        model = onnx.load(str(path))   # b becomes a Constant node's value (torch.onnx emits some)
+        model.graph.initializer.remove(next(i for i in model.graph.initializer if i.name == "b"))
+        model.graph.node.insert(0, helper.make_node("Constant", [], ["b"], value=numpy_helper.from_array(constant, "b")))
+        convert_model_to_external_data(model, location=path.name + ".data", size_threshold=64, convert_attribute=True)
+        onnx.save(model, str(path))
+        assert sum(t.data_location == TensorProto.EXTERNAL for t in _get_attribute_tensors(model)) == 1
+    x = rng.standard_normal((1, 64), dtype=np.float32)
+    before = [run(p, x) for p in paths]
+    monkeypatch.setattr(shared_weights.Sources, "CHUNK", 1000)   # several chunks per tensor
+    monkeypatch.setattr(onnx, "load_external_data_for_model", None)   # never the whole graph's data
+
+    details = share_weights(paths)
+
+    assert details["tensors"] == 1 and details["bytes_saved"] == weight.nbytes
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted([WEIGHTS_FILE] + [p.name for p in paths])
+    for path, expected in zip(paths, before):
+        np.testing.assert_array_equal(run(path, x), expected)
+        model = onnx.load(str(path), load_external_data=False)
+        assert not any(t.data_location == TensorProto.EXTERNAL for t in _get_attribute_tensors(model))

@@ -59,8 +59,10 @@ def _export(program, sample: dict, path: Path) -> None:
     module.training = False
     outputs = [output_name(n) for n in _output_names(program)]
     exported = onnx_export(module, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
-                          verbose=False, input_names=list(sample), output_names=outputs)
-    exported.save(str(path))
+                           verbose=False, input_names=list(sample), output_names=outputs)
+    # external data whatever the size: the weights stream to a file tensor by tensor (a graph under 2 GB was
+    # first serialized whole in memory, its weights copied twice); share_weights moves them to weights.data
+    exported.save(str(path), external_data=True)
 
 
 def _output_names(program) -> list[str]:

@@ -33,22 +33,23 @@ def convert(job: GenerativeJob) -> Converted:
     out.mkdir(parents=True, exist_ok=True)
     precision = "highest" if job.variant == "fp32" else "default"
     topologies = [] if job.artifact_only else topologies_of(job.options)
-    weights, meta, compiles = {}, {}, []
+    weights, tied, meta, compiles, converted = {}, {}, {}, [], {}
     # x64 off whatever an earlier converter set (litert-torch's jax bridge turns it on globally at import):
     # int64 ids, positions and cache lengths become int32 avals, so the artifact takes the same dtypes in
     # every process that loads it (a fresh `validate` or a server runs with jax's default, x64 off)
     with jax.enable_x64(False):
         for name, program in job.programs.items():
             job.progress(f"lowering + jax.export {name}")
-            lowered, entry, serialized = _export(name, program, job, out, precision)
+            lowered, entry, serialized = _export(name, program, job, out, precision, converted)
             _merge_weights(weights, lowered.weights)
+            tied.update(lowered.tied)
             donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
             if topologies:
                 job.progress(f"compile {name} for {', '.join(t.name for t in topologies)}")
             compiles += _compile_all(topologies, CompileInput.of(serialized, lowered), out, donate, name)
             meta[name] = entry
     job.progress("writing the artifact (weights.safetensors)")
-    _write(out, weights, meta, job, precision)
+    _write(out, weights, tied, meta, job, precision)
     for failed in (c for c in compiles if not c["ok"]):
         job.notes.append(f"TPU compile of {failed['program']} for {failed['topology']} failed: {failed['error']}")
     if compiles:
@@ -58,13 +59,13 @@ def convert(job: GenerativeJob) -> Converted:
                      cacheable=not any("process" in c for c in compiles))
 
 
-def _export(name: str, program, job: GenerativeJob, out: Path, precision: str):
+def _export(name: str, program, job: GenerativeJob, out: Path, precision: str, converted: dict):
     import jax
 
     from edgeport.targets.tpu.target import _weight_avals, lower_program
 
     sample = job.samples[name]
-    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()))
+    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()), converted)
     with jax.default_matmul_precision(precision):
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)
@@ -83,7 +84,8 @@ def _merge_weights(into: dict, weights: dict) -> None:
     import numpy as np
 
     for key, value in weights.items():
-        if key in into and not (into[key].shape == value.shape and np.array_equal(np.asarray(into[key]), np.asarray(value))):
+        if key in into and into[key] is not value and not (
+                into[key].shape == value.shape and np.array_equal(np.asarray(into[key]), np.asarray(value))):
             raise ValueError(f"weight {key!r} differs between signatures")
         into.setdefault(key, value)
 
@@ -96,14 +98,16 @@ def _compile_all(topologies, compile_input, out: Path, donate: tuple, name: str)
     return compile_for_topologies(topologies, compile_input, out, donate, program=name)
 
 
-def _write(out: Path, weights: dict, meta: dict, job: GenerativeJob, precision: str) -> None:
+def _write(out: Path, weights: dict, tied: dict, meta: dict, job: GenerativeJob, precision: str) -> None:
+    """``tied``: program state names that are another weight's tensor (a head tied to the embedding) ->
+    that weight's name; stored and passed once."""
     from edgeport.targets.tpu.weights import save as save_weights
 
-    save_weights(weights, out / WEIGHTS_FILE)
+    save_weights(weights, out / WEIGHTS_FILE, tied)
     (out / META_FILE).write_text(json.dumps({
         "format": "jax.export", "platforms": ["cpu", "tpu"], "variant": job.variant, "matmul_precision": precision,
         "call": "exported.call({w: weights[w] for w in signature.weights}, *inputs in signature order) -> outputs",
-        "signatures": meta}, indent=2) + "\n")
+        "tied": tied, "signatures": meta}, indent=2) + "\n")
 
 
 def load(path: Path, threads: int) -> JaxSignatureRunner:

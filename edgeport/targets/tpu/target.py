@@ -49,10 +49,15 @@ class Lowered:
     input_avals: list           # jax.ShapeDtypeStruct per user input, symbolic dims where the program has them
     compile_avals: list         # the same at the example shapes (a TPU executable needs concrete shapes)
     dynamic_dims: dict          # input name -> [dims kept symbolic]
+    tied: dict                  # state name -> the name in ``weights`` holding its tensor (tied parameters)
 
 
-def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = ()) -> Lowered:
-    """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature."""
+def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = (),
+                  converted: dict | None = None) -> Lowered:
+    """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature.
+    ``converted``: a dict kept across the programs of one model (prefill, decode): each weight storage is
+    converted to a jax array once (torchax's ``t2j`` copies a mapped weight: its offset is not 64-byte
+    aligned), not once per program (Qwen3-0.6B held 2.4 GB more per signature)."""
     import jax.numpy as jnp
     import torchax
     from torch.export.graph_signature import InputKind, OutputKind
@@ -68,10 +73,10 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     state = {**program.state_dict, **program.constants}
     state_names = [s.target for s in signature.input_specs if s.kind != InputKind.USER_INPUT]
     user_positions = [i for i, s in enumerate(signature.output_specs) if s.kind == OutputKind.USER_OUTPUT]
-    weights = {name: mappings.t2j(state[name].detach()) for name in state_names}
+    tied = tied_names(state, state_names)
     compute = jnp.bfloat16 if variant == "bf16" else None
-    if compute is not None:
-        weights = {k: v.astype(compute) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in weights.items()}
+    cache = {} if converted is None else converted
+    weights = {name: _to_jax(state[name], cache, compute) for name in state_names if name not in tied}
     interpreter_class = _node_reporting_interpreter()
     input_avals = _input_avals(program)
     compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
@@ -80,13 +85,56 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     def fn(weights: dict, *inputs):
         if compute is not None:
             inputs = [x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x for x in inputs]
-        results = interpreter_class(program.graph_module).run(*[weights[n] for n in state_names], *inputs,
-                                                              enable_io_processing=False)
+        state_args = [weights[tied.get(n, n)] for n in state_names]
+        results = interpreter_class(program.graph_module).run(*state_args, *inputs, enable_io_processing=False)
         return tuple(results[i].astype(out_dtypes[k]) for k, i in enumerate(user_positions))
 
     dynamic = {name: [d for d, size in enumerate(a.shape) if not isinstance(size, int)]
                for name, a in zip(input_names, input_avals)}
-    return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v})
+    return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v}, tied)
+
+
+def tied_names(state: dict, names: list[str]) -> dict:
+    """Names of the program's state that are the same tensor as an earlier name (same storage, offset,
+    shape, strides and dtype: a head tied to the embedding) -> that earlier name. The jax program takes
+    such a tensor once, so the weights file, a loaded artifact and the compiler's HBM count hold it once
+    (Qwen3-0.6B's 0.62 GB table was written, mapped and compiled twice; bench/LARGE_GENERATION.md)."""
+    first, tied = {}, {}
+    for name in names:
+        key = storage_key(state[name])
+        if key is not None:
+            tied[name] = first.setdefault(key, name)
+    return {name: other for name, other in tied.items() if other != name}
+
+
+def storage_key(t):
+    """What makes two tensors the same values: (storage, offset, shape, strides, dtype); None when it can not
+    be told (not a dense CPU tensor, or empty)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type == "meta" or not t.numel():
+        return None
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def _to_jax(t, cache: dict, compute=None):
+    """``t`` as a jax array (floating weights cast to ``compute`` when given), converted once per storage while
+    ``cache`` lives; the cache keeps the tensor too, so a freed temporary's address can not come back as
+    another tensor's key."""
+    import jax.numpy as jnp
+    from torchax.ops import mappings
+
+    def convert():
+        array = mappings.t2j(t.detach())
+        return array.astype(compute) if compute is not None and jnp.issubdtype(array.dtype, jnp.floating) else array
+
+    key = storage_key(t)
+    if key is None:
+        return convert()
+    key = (*key, compute)
+    if key not in cache:
+        cache[key] = (t, convert())
+    return cache[key][1]
 
 
 def _input_avals(program) -> list:
@@ -202,7 +250,7 @@ def _write_artifact(out: Path, job: ConvertJob, exported, serialized: bytes, low
     from edgeport.targets.tpu.weights import save as save_weights
 
     (out / EXPORT_FILE).write_bytes(serialized)
-    save_weights(lowered.weights, out / WEIGHTS_FILE)
+    save_weights(lowered.weights, out / WEIGHTS_FILE, lowered.tied)
     (out / "model.stablehlo.mlir").write_text(exported.mlir_module())
     executables = {c["topology"]: c.pop("executable") for c in compiles if c.get("executable")}
     (out / META_FILE).write_text(json.dumps(_meta(job, exported, lowered, precision, executables), indent=2) + "\n")
@@ -259,6 +307,7 @@ def _meta(job: ConvertJob, exported, lowered: Lowered, precision: str, executabl
         "inputs": [describe(i, a) for i, a in zip(job.signature.inputs, exported.in_avals[n_weights:])],
         "outputs": [describe(o, a) for o, a in zip(job.signature.outputs, exported.out_avals)],
         "dynamic_dims": lowered.dynamic_dims, "executables": executables,
+        "tied": lowered.tied,   # program state name -> the weight that holds its tensor (stored once)
     }
 
 
@@ -276,7 +325,9 @@ TARGET = Target(
     relative_cost=3.0,
     # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
     memory_factor=1.5,   # the weights once: jax aliases torch's and the mapped weights.safetensors
-    generation_memory_factor=4.3,   # Qwen3-0.6B shape: 4.26x (bench/LARGE_GENERATION.md)
+    # Qwen3-0.6B shape (bench/LARGE_GENERATION.md, fourth session): 2.88x (was 4.26x): the tied table held and
+    # written once, the weights converted once for all signatures; the peak is a compile child beside them
+    generation_memory_factor=2.9,
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,

@@ -25,13 +25,16 @@ DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F6
           "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL"}
 
 
-def save(weights: dict, path: Path) -> None:
-    """``weights`` (name -> numpy or jax array) as safetensors, largest first, streamed array by array."""
+def save(weights: dict, path: Path, tied: dict | None = None) -> None:
+    """``weights`` (name -> numpy or jax array) as safetensors, largest first, streamed array by array.
+    ``tied`` (other name -> name in ``weights``) goes to the header's ``__metadata__`` as ``{"tied": JSON}``
+    (safetensors forbids two tensors over the same bytes, so a tied tensor is stored under one name and
+    the programs take it once; the note tells a reader which other names it stands for)."""
     import numpy as np
 
     arrays = {name: np.asarray(value) for name, value in weights.items()}   # jax on CPU: a view, no copy
     order = sorted(arrays, key=lambda n: -arrays[n].nbytes)
-    header, offset = {}, 0
+    header, offset = ({"__metadata__": {"tied": json.dumps(tied, sort_keys=True)}} if tied else {}), 0
     for name in order:
         array = arrays[name]
         if array.dtype.name not in DTYPES:
