@@ -21,10 +21,13 @@ demo:
 # Test files run side by side on up to 4 cores (each worker holds torch and the converters: ~1-2 GB).
 JOBS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 
+# One torch/OpenMP thread per test process (unless OMP_NUM_THREADS is set): the JOBS workers already fill the
+# cores, and each process's own pool of one thread per core made them spin against each other
+# (bench/TEST_TIME.md). Runtimes edgeport times keep their explicit --threads.
 test:
 	bash scripts/web-deps.sh
 	PY=$(PY) bash scripts/kotlin-deps.sh >/dev/null
-	$(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile --no-loadscope-reorder tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile --no-loadscope-reorder tests
 
 test-slow:
 	bash scripts/web-deps.sh
