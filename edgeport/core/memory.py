@@ -37,15 +37,26 @@ class Estimate:
                 f"for {self.by} + {BASE_BYTES / GB:.1f} GB runtime)")
 
 
+def storage_key(t):
+    """What makes two tensors the same values (a head tied to the embedding: two names, one tensor):
+    (storage, offset, shape, strides, dtype); None when it can not be told (not a dense tensor with a
+    storage: fake, meta or empty)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type == "meta" or not t.numel():
+        return None
+    try:
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+    except (RuntimeError, NotImplementedError):   # fake tensors have no storage to share
+        return None
+
+
 def fp32_weight_bytes(tensors) -> int:
     """fp32 bytes of ``tensors`` (an iterable of torch tensors): every floating weight counted at 4 bytes
     (converters upcast bf16/fp16 weights), others at their size; a storage shared by several names once."""
     seen, total = set(), 0
     for tensor in tensors:
-        try:
-            key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        except (RuntimeError, NotImplementedError):   # fake or meta tensors have no storage to share
-            key = id(tensor)
+        key = storage_key(tensor) or id(tensor)
         if key in seen:
             continue
         seen.add(key)

@@ -162,10 +162,10 @@ def export(job, dst: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> bool:
+def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> None:
     """The one export_hf call (this route's and the ``--litertlm`` bundle's): fp32 (``quantization_recipe=
     "none"``; its default is dynamic int8) at the layout's prefill lengths and cache length, into a fresh
-    ``work`` folder. True when its prefill returns the last real token's logits
+    ``work`` folder; its prefill returns the last real token's logits where the hook takes
     (:mod:`edgeport.targets.litert.hf_prefill`; never in the bundle)."""
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     shutil.rmtree(work, ignore_errors=True)
@@ -173,9 +173,8 @@ def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> bool:
 
     from edgeport.targets.litert import hf_prefill
 
-    return hf_prefill.export(export_hf, str(source), str(work), bundle, prefill_lengths=list(layout["prefill_lens"]),
-                             cache_length=int(layout["cache_len"]), quantization_recipe="none",
-                             keep_temporary_files=True)
+    hf_prefill.export(export_hf, str(source), str(work), bundle, prefill_lengths=list(layout["prefill_lens"]),
+                      cache_length=int(layout["cache_len"]), quantization_recipe="none", keep_temporary_files=True)
 
 
 def check_signatures(path: Path, layout: dict) -> None:

@@ -78,9 +78,10 @@ def latest_position_logits(fired: list):
         cls.forward = original
 
 
-def export(export_hf, source: str, work: str, bundle: bool, **options) -> bool:
-    """Run ``export_hf.export`` (``options``: its arguments); True when the prefill signatures return the
-    logits of their latest position. Not for the ``.litertlm`` bundle (``bundle``): LiteRT-LM never reads
+def export(export_hf, source: str, work: str, bundle: bool, **options) -> None:
+    """Run ``export_hf.export`` (``options``: its arguments), its prefill signatures returning the logits of
+    their latest position when the hook takes (the artifact says which: ``hf_runner.prefill_has_logits``).
+    Not for the ``.litertlm`` bundle (``bundle``): LiteRT-LM never reads
     prefill logits, and they would cost its prefill the last layer and one ``lm_head`` row."""
     if not bundle and prefill_module() is not None:
         fired: list = []
@@ -92,10 +93,9 @@ def export(export_hf, source: str, work: str, bundle: bool, **options) -> bool:
                 raise
             fired.clear()   # the hooked prefill failed: the stock export says whether export_hf takes the model
         if fired:
-            return True
+            return
         shutil.rmtree(work, ignore_errors=True)
     export_hf.export(source, work, bundle_litert_lm=bundle, **options)
-    return False
 
 
 def last_mlp_on_row(model, row):

@@ -84,7 +84,7 @@ class ExportHfRunner(SignatureRunner):
         self.kv = {k: tuple(v["shape"]) for k, v in inputs.items() if k.startswith(KV)}
         self.lens = sorted(int(n.split("_")[1]) for n in self.runners if n.startswith("prefill_"))
         self.layers = sorted({int(k.rsplit("_", 1)[1]) for k in self.kv})
-        self.prefill_logits = "logits" in self.runners[f"prefill_{self.lens[0]}"].get_output_details()
+        self.prefill_logits = prefill_has_logits(path)
 
     def signatures(self) -> list[str]:
         return list(self.runners)

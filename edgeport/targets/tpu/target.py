@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeport.core.memory import storage_key
 from edgeport.diagnostics import first_line, user_source, with_location
 from edgeport.targets._jax import keep_torch_accelerator_honest
 from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
@@ -105,16 +106,6 @@ def tied_names(state: dict, names: list[str]) -> dict:
         if key is not None:
             tied[name] = first.setdefault(key, name)
     return {name: other for name, other in tied.items() if other != name}
-
-
-def storage_key(t):
-    """What makes two tensors the same values: (storage, offset, shape, strides, dtype); None when it can not
-    be told (not a dense CPU tensor, or empty)."""
-    import torch
-
-    if not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.device.type == "meta" or not t.numel():
-        return None
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
 
 def _to_jax(t, cache: dict, compute=None):
