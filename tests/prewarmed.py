@@ -69,6 +69,7 @@ def _serve(proto_in: int, proto_out: int, targets: tuple[str, ...]) -> None:
             continue
         importlib.import_module(name)
     _read_torchlib_once()
+    _export_once()
     reader = os.fdopen(proto_in, "r")
     writer = os.fdopen(proto_out, "w", buffering=1)
     writer.write("ready\n")
@@ -93,6 +94,26 @@ def _read_torchlib_once() -> None:
 
     remember_torchlib_ops()
     torch_2_5.get_torchlib_ops()
+
+
+def _export_once() -> None:
+    """One ``torch.export`` (and its decompositions) of a throwaway module before any fork. A process's first
+    export pays ~1.5 CPU-s of one-time set-up inside torch (dynamo's and the fake-tensor machinery's lazy
+    initialisation), about half of a small model's whole run; every forked run would pay it again. A
+    long-lived edgeport process (the library API, a fleet worker) pays it once, as the children do now.
+    Nothing of edgeport runs here, and no converter is imported."""
+    import torch
+
+    class Warm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.conv = torch.nn.Linear(4, 4), torch.nn.Conv2d(2, 2, 3)
+
+        def forward(self, x, image):
+            return torch.relu(self.linear(x)).softmax(-1), self.conv(image).mean()
+
+    with torch.no_grad():
+        torch.export.export(Warm().eval(), (torch.randn(2, 4), torch.randn(1, 2, 5, 5))).run_decompositions()
 
 
 def _child(request: dict) -> None:
