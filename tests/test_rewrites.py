@@ -315,7 +315,7 @@ def test_stateful_model_matches_on_every_target(tmp_path):
     buffer behind for the converters to bake in, and torchax's extra outputs must not shift the user's."""
     out = tmp_path / "out"
     result = run_cli("convert", f"{MODELS}:cache_step", "-t", "litert", "-t", "onnx", "-t", "tpu",
-                     "--tpu-topology", "v5e:1x1", "--no-latency", "--out", out)
+                     "--tpu-topology", "none", "--no-latency", "--out", out)   # parity is the point, not the compile
     assert result.returncode == 0, result.stdout + result.stderr
     rows = read_report(out)["targets"]
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"]

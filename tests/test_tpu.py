@@ -232,8 +232,8 @@ def test_valid_padding_conv_lowers_after_rewrite(tmp_path):
                              "        return self.conv(x).relu()\n\n\ndef build():\n"
                              "    return Valid().eval(), (torch.randn(1, 3, 8, 8),)\n")
     out = tmp_path / "out"
-    result = run_cli("convert", f"{model}:build", "-t", "tpu", "--tpu-topology", "v5e:1x1", "--out", out,
-                     "--no-latency", "--samples", "2")
+    result = run_cli("convert", f"{model}:build", "-t", "tpu", "--tpu-topology", "none", "--out", out,
+                     "--no-latency", "--samples", "2")   # the lowering is the point, not the compile
     assert result.returncode == 0, result.stdout + result.stderr
     row = read_report(out)["targets"][0]
     assert row["status"] == "ok" and "conv_padding_numeric" in row["rewrites"]
@@ -399,6 +399,23 @@ def test_artifact_only_conversion_skips_aot_compiles(tmp_path):
     assert not (tmp_path / "fp32" / "executables").exists() or not any((tmp_path / "fp32" / "executables").iterdir())
 
 
+def test_topology_none_gives_the_artifact_without_compiles_and_says_so(tmp_path):
+    """``--tpu-topology none``: lowering and parity without libtpu's compiles (fast iteration); the row says that
+    nothing was compiled, and ``none`` beside a topology is a usage error, not a silent choice of one."""
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", "--tpu-topology", "none", "--out", out, "--no-latency",
+                     "--samples", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = read_report(out)["targets"][0]
+    assert row["status"] == "ok" and row["parity"]["passed"] and row["tpu_compile"] == []
+    assert any(n.startswith("no TPU compile (--tpu-topology none)") for n in row["notes"])
+    assert not (out / "tpu" / "fp32" / "executables").exists() or not any((out / "tpu" / "fp32" / "executables").iterdir())
+    mixed = run_cli("convert", f"{MODELS}:mlp", "-t", "tpu", "--tpu-topology", "none", "--tpu-topology", "v5e:1x1",
+                    "--out", tmp_path / "mixed")
+    assert mixed.returncode == 2 and "cannot be combined" in mixed.stderr and "Traceback" not in mixed.stderr
+    assert not (tmp_path / "mixed").exists()
+
+
 def test_int_inputs_stay_int32_when_another_converter_left_x64_on(tmp_path):
     """litert-torch's jax bridge turns jax_enable_x64 on for the whole process at import; a TPU artifact
     exported after it must still take int32 ids (what every fresh process, validate or a server, feeds)."""
@@ -419,7 +436,7 @@ def test_int_inputs_stay_int32_when_another_converter_left_x64_on(tmp_path):
     jax.config.update("jax_enable_x64", True)
     try:
         result = api.convert(api.convert_options(model=f"{model}:build", out=tmp_path / "out", targets=["tpu"],
-                                                 latency=False, samples=2, target_options={"tpu_topology": ["v5e:1x1"]}))
+                                                 latency=False, samples=2, target_options={"tpu_topology": ["none"]}))
     finally:
         jax.config.update("jax_enable_x64", False)
     assert result.exit_code == 0, result.report["targets"][0].get("error")
@@ -439,7 +456,7 @@ import torch
 from pathlib import Path
 from edgeport import api
 r = api.convert(api.convert_options(model={str(MODELS)!r} + ":matmul", out=Path({str(tmp_path / 'out')!r}),
-                targets=["tpu"], latency=False, samples=2, target_options={{"tpu_topology": ["v5e:1x1"]}}))
+                targets=["tpu"], latency=False, samples=2, target_options={{"tpu_topology": ["none"]}}))
 assert r.report["targets"][0]["status"] == "ok", r.report["targets"][0]
 import torchax  # the lowering imported it
 class Branchy(torch.nn.Module):

@@ -90,14 +90,26 @@ def check_slice(text: str, generation: str, shape: tuple[int, ...]) -> None:
         raise UsageError(f"--tpu-topology {text!r}: {chips} chips, but a {generation} slice has at most {limit}")
 
 
+NO_COMPILE = "none"   # --tpu-topology none: the artifact alone, no AOT compile
+NO_COMPILE_NOTE = ("no TPU compile (--tpu-topology none): the artifact ran on the CPU only; no HBM or FLOPs table, "
+                   "and nothing says it fits a chip")
+
+
 def topologies_of(options: dict) -> list[Topology]:
-    return [parse_topology(t) for t in dict.fromkeys(options.get("tpu_topology") or DEFAULT_TOPOLOGIES)]
+    """The topologies to compile for: the ones named, the defaults when none is named, nothing for ``none``
+    (a user iterating on lowering or parity need not pay libtpu's compiles each run)."""
+    values = list(dict.fromkeys(options.get("tpu_topology") or DEFAULT_TOPOLOGIES))
+    return [] if values == [NO_COMPILE] else [parse_topology(t) for t in values]
 
 
 def validate_topologies(values: list[str]) -> None:
     """``--tpu-topology`` values, checked at plan time: a bad topology is bad input (exit 2)."""
+    if NO_COMPILE in values and set(values) != {NO_COMPILE}:
+        raise UsageError(f"--tpu-topology {NO_COMPILE} means no AOT compile; it cannot be combined with topologies "
+                         f"({', '.join(v for v in values if v != NO_COMPILE)})")
     for value in values:
-        parse_topology(value)
+        if value != NO_COMPILE:
+            parse_topology(value)
 
 
 # A split costs every extra piece a jax/torchax import and a lowering (seconds); it pays when a compile

@@ -22,7 +22,7 @@ from edgeport.targets.tpu.signatures import META_FILE, WEIGHTS_FILE, JaxSignatur
 
 
 def convert(job: GenerativeJob) -> Converted:
-    from edgeport.targets.tpu.aot import topologies_of
+    from edgeport.targets.tpu.aot import NO_COMPILE_NOTE, topologies_of
     from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
@@ -55,6 +55,8 @@ def convert(job: GenerativeJob) -> Converted:
     if compiles:
         job.notes.append("tpu_compile: decode's arguments are the weights plus the KV cache at --cache-len (donated: "
                          "updated in place); memory and FLOPs from libtpu's compiler, est. latencies are roofline ESTIMATES")
+    elif not job.artifact_only:
+        job.notes.append(NO_COMPILE_NOTE)
     return Converted(out, {"tpu_compile": compiles, "matmul_precision": precision},
                      cacheable=not any("process" in c for c in compiles))
 

@@ -29,9 +29,9 @@ from edgeport.core.memory import storage_key
 from edgeport.diagnostics import first_line, user_source, with_location
 from edgeport.targets._jax import keep_torch_accelerator_honest
 from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
-from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, TOPOLOGY_EXAMPLES, CompileInput,  # noqa: F401
-                                     compile_cached, compile_for_topology, compile_id, merge_pieces, pieces,
-                                     report_sections, topologies_of, validate_topologies)
+from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, NO_COMPILE_NOTE, TOPOLOGY_EXAMPLES,  # noqa: F401
+                                     CompileInput, compile_cached, compile_for_topology, compile_id, merge_pieces,
+                                     pieces, report_sections, topologies_of, validate_topologies)
 from edgeport.targets.tpu.runtime import JaxXlaRunner
 from edgeport.validate import parity
 from edgeport.errors import load_json
@@ -251,6 +251,9 @@ def _add_notes(job: ConvertJob, lowered: Lowered, compiles: list[dict]) -> None:
     if job.dynamic and not lowered.dynamic_dims:
         job.notes.append(f"--dynamic {', '.join(job.dynamic)}: the program has no symbolic dims "
                          "(a saved .pt2 keeps the shapes it was exported with); the artifact is static")
+    if not compiles and not job.artifact_only and not job.options.get("compile_only"):
+        job.notes.append(NO_COMPILE_NOTE)
+        return
     for failed in (c for c in compiles if not c["ok"]):
         job.notes.append(f"TPU compile for {failed['topology']} failed: {failed['error']}")
     job.notes.append("tpu_compile: memory and FLOPs come from libtpu's compiler; est_seconds is a roofline "
@@ -321,7 +324,7 @@ TARGET = Target(
     generation_memory_factor=2.9,
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
-                          f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES})", multiple=True,
+                          f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES}; 'none': the artifact only, no compile)", multiple=True,
                           validate=validate_topologies),),
     report_sections=report_sections,
     pieces=pieces,
