@@ -35,7 +35,9 @@ def test_fp32_converts_with_parity(tmp_path, name, inputs, outputs):
     assert "| litert | fp32 | ok |" in (out / "report.md").read_text()
 
 
-@pytest.mark.parametrize("name", ["cnn", "transformer", "two_io"])
+# every LiteRT variant on one model in `make test`; the attention and two-input models in `make test-slow`
+@pytest.mark.parametrize("name", ["cnn", pytest.param("transformer", marks=pytest.mark.slow),
+                                  pytest.param("two_io", marks=pytest.mark.slow)])
 def test_quantized_variants_within_budgets(tmp_path, name):
     out = tmp_path / "out"
     variants = ["fp16", "dynamic-int8", "weight-int8", "int8"]

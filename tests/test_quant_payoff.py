@@ -212,6 +212,7 @@ def test_litert_int8_keeps_slow_convs_float_and_quantizes_the_lstm(tmp_path):
     assert any("recurrent layers (lstm) quantized dynamic-range" in n for n in rows["int8"]["notes"])
 
 
+@pytest.mark.slow   # `make test` has the LSTM as one layer of the fallback search (below) and the sensitivity table (test_fallback)
 def test_sensitivity_lists_the_lstm_as_a_layer(tmp_path):
     result = run_cli("check", f"{write_model_file(tmp_path, RECURRENT)}:build", "-t", "onnx", "-t", "litert",
                      "-q", "int8", "--sensitivity")

@@ -82,6 +82,7 @@ def write_project(root):
     (root / "model.py").write_text(DATACLASS_MODEL)
 
 
+@pytest.mark.slow   # three CLI runs; `make test` reloads a .pt2 (test_litert) and validates a DIR (test_validate) elsewhere
 def test_dataclass_config_siblings_and_odd_outputs_convert_and_the_pt2_loads_again(tmp_path):
     project = tmp_path / "project"
     project.mkdir()

@@ -174,6 +174,7 @@ def test_libtpu_abort_and_hang_fail_only_that_compile(tmp_path):
     assert not (tmp_path / "executables" / "v6e_1x1.tpu_exec").exists()
 
 
+@pytest.mark.slow   # `make test` has the compile layer's abort and hang (test_libtpu_abort_and_hang_fail_only_that_compile)
 def test_compile_abort_fails_its_topology_not_the_run(tmp_path):
     """End to end: a compile child that aborts (the test hook, for a topology the parser accepts) leaves a
     failed entry for that topology, the other topology compiled, the row judged, the report written (exit 0:

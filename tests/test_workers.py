@@ -82,7 +82,7 @@ UNSEEDED = """def build():
 """
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("jobs", [pytest.param("1", marks=pytest.mark.slow), "2"])   # -j 2 is the case; -j 1 the baseline
 def test_a_worker_loads_the_eager_module_again_for_the_target_that_captures_it(tmp_path, jobs):
     """-j 2 gives what -j 1 gives: a worker holds no eager module, so it loads the user's model again (only
     when a target asks) with the program's weights, even when build() does not seed its init."""
