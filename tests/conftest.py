@@ -76,11 +76,14 @@ def _prewarmed(env: dict, args: list[str]):
     that call's environment)."""
     from prewarmed import Server, preload_for
 
+    import atexit
+
     targets = preload_for(args)
     if targets not in _SERVERS:
-        import atexit
-
-        _SERVERS[targets] = Server(env, targets)
+        base = _SERVERS.get(()) if targets else None
+        if targets and (base is None or not base.serves(env)):
+            base = _prewarmed(env, [])   # the shared imports once; the targets' server is forked from it
+        _SERVERS[targets] = Server.forked(base, targets) if base is not None and base.serves(env) else Server(env, targets)
         atexit.register(_SERVERS[targets].stop)
     return _SERVERS[targets]
 

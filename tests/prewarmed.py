@@ -56,11 +56,18 @@ def preload_for(args: list[str]) -> tuple[str, ...]:
 
 
 def _serve(proto_in: int, proto_out: int, targets: tuple[str, ...]) -> None:
-    """The server loop: one JSON request per line on ``proto_in``; for each, fork, answer the child's pid,
-    wait for it, answer its exit code."""
+    """A server started as its own interpreter: the shared imports, then the targets' own, then the loop."""
+    _load(PRELOAD)
+    _read_torchlib_once()
+    _export_once()
+    _load(tuple(m for t in targets for m in TARGET_PRELOAD[t]))
+    _loop(proto_in, proto_out)
+
+
+def _load(modules: tuple[str, ...]) -> None:
     import importlib
 
-    for name in PRELOAD + tuple(m for t in targets for m in TARGET_PRELOAD[t]):
+    for name in modules:
         if name in JAX_USERS and os.environ.get("EDGEPORT_TEST_NO_JAX_PRELOAD") != "1":
             from edgeport.targets._jax import prefer_cpu_backend
 
@@ -68,19 +75,32 @@ def _serve(proto_in: int, proto_out: int, targets: tuple[str, ...]) -> None:
         elif name in JAX_USERS:
             continue
         importlib.import_module(name)
-    _read_torchlib_once()
-    _export_once()
+
+
+def _loop(proto_in: int, proto_out: int) -> None:
+    """One JSON request per line on ``proto_in``; for each, fork, answer the child's pid, wait for it, answer
+    its exit code. A ``serve`` request forks a server for more targets instead: it inherits these imports,
+    loads its targets' modules and answers on its own pair of FIFOs (:meth:`Server.forked`)."""
     reader = os.fdopen(proto_in, "r")
     writer = os.fdopen(proto_out, "w", buffering=1)
     writer.write("ready\n")
     for line in reader:
         request = json.loads(line)
         pid = os.fork()
+        if pid == 0 and "serve" in request:
+            reader.close()
+            writer.close()
+            _load(tuple(m for t in request["serve"] for m in TARGET_PRELOAD[t]))
+            requests = os.open(request["requests"], os.O_RDONLY)   # the client opens them in the same order
+            _loop(requests, os.open(request["answers"], os.O_WRONLY))
+            os._exit(0)
         if pid == 0:
             os.close(proto_in)
             os.close(proto_out)
             _child(request)
         writer.write(f"{pid}\n")
+        if "serve" in request:
+            continue
         _, status, usage = os.wait4(pid, 0)
         writer.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_utime + usage.ru_stime:.3f}\n")
 
@@ -187,6 +207,29 @@ class Server:
         if self._line(600) != "ready":
             raise RuntimeError("the prewarmed edgeport server did not start")
 
+    @classmethod
+    def forked(cls, base: "Server", targets: tuple[str, ...]) -> "Server":
+        """A server for ``targets`` forked from ``base`` (same environment): it pays only its targets' imports,
+        not the shared ones again (~8 CPU-s per server, several servers per test worker)."""
+        self = cls.__new__(cls)
+        self.env, self._buffer = dict(base.env), b""
+        fifos = Path(tempfile.mkdtemp(prefix="edgeport-prewarmed-"))
+        requests, answers = fifos / "requests", fifos / "answers"
+        os.mkfifo(requests)
+        os.mkfifo(answers)
+        self.log = base.log   # a forked server writes where its base does
+        os.write(base._requests, (json.dumps({"serve": list(targets), "requests": str(requests),
+                                              "answers": str(answers)}) + "\n").encode())
+        self.proc = _Forked(int(base._line(60)))
+        self._requests = os.open(requests, os.O_WRONLY)
+        self._answers = os.open(answers, os.O_RDONLY)
+        for fifo in (requests, answers):
+            fifo.unlink()
+        fifos.rmdir()
+        if self._line(600) != "ready":
+            raise RuntimeError("the prewarmed edgeport server did not start")
+        return self
+
     def serves(self, env: dict) -> bool:
         """Whether a call with ``env`` would import the libraries as this server did."""
         keys = {k for k in set(env) | set(self.env) if k.startswith(IMPORT_TIME_ENV)}   # PYTHONPATH too: sitecustomize
@@ -245,3 +288,36 @@ class Server:
             self.proc.kill()
         if self.proc.returncode == 0:   # the imports' own noise; kept when the server failed
             self.log.unlink(missing_ok=True)
+
+
+class _Forked:
+    """A forked server's process, as much of ``Popen`` as :class:`Server` uses. Its parent is the base server,
+    which does not reap it: exited means gone or a zombie."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = "Z"
+        if state in ("Z", "X"):
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float):
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("prewarmed server", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
