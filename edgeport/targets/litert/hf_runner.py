@@ -77,7 +77,8 @@ class ExportHfRunner(SignatureRunner):
         from edgeport.targets.litert.interpreter import interpreter
 
         super().__init__(path, threads)
-        self.interpreter = interpreter(path, threads)   # builtin kernels for weight-only int8 (see there)
+        self.interpreter = interpreter(path, threads)   # XNNPACK's weight cache, or builtin kernels (see there)
+        self.name = self.interpreter.runner_name
         self.runners = {n: self.interpreter.get_signature_runner(n) for n in self.interpreter.get_signature_list()}
         inputs = self.runners["decode"].get_input_details()
         self.cache_len = int(inputs["mask"]["shape"][-1])

@@ -19,7 +19,8 @@ class LiteRTSignatureRunner(SignatureRunner):
         from edgeport.targets.litert.interpreter import interpreter
 
         super().__init__(path, threads)
-        self.interpreter = interpreter(path, threads)   # builtin kernels for weight-only int8 (see there)
+        self.interpreter = interpreter(path, threads)   # XNNPACK's weight cache, or builtin kernels (see there)
+        self.name = self.interpreter.runner_name
         self.runners = {name: self.interpreter.get_signature_runner(name) for name in self.interpreter.get_signature_list()}
         self.inputs = {name: r.get_input_details() for name, r in self.runners.items()}
 
