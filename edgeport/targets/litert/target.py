@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.targets.litert import hf_lowering as litert_hf, kernels as litert_kernels
+from edgeport.targets.litert import LIGHTWEIGHT_ABOVE, hf_lowering as litert_hf, kernels as litert_kernels
 from edgeport.targets.litert import quantize as litert_quant, share as litert_share
 from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.targets._pt2e import float_filter
@@ -57,10 +57,6 @@ def convert(job: ConvertJob) -> Converted:
     return Converted(path, {"ops": op_counts(path), **details})
 
 
-# fp32 weights above which litert-torch converts "lightweight" (constants handled lazily, then folded by its
-# runtime): on a 2.24 GB model its peak over the weights fell from 2.7x to 1.8x and the conversion took half
-# the time, same parity (bench/LARGE.md); smaller models keep the default path their tests pin
-LIGHTWEIGHT_ABOVE = 1 << 30
 
 
 def large_model_options(job: ConvertJob, quant_config) -> dict:
