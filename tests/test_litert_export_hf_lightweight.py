@@ -33,3 +33,19 @@ def test_the_flag_reaches_export_hf(monkeypatch, tmp_path):
     assert seen[0]["experimental_lightweight_conversion"] is True
     assert "experimental_lightweight_conversion" not in seen[1]
     assert seen[0]["quantization_recipe"] == "none" and seen[0]["cache_length"] == 16
+
+
+def test_export_hf_runs_in_a_child_process(monkeypatch, tmp_path):
+    """The route's export goes through core.memory.in_child (its leftovers leave with the child)."""
+    from edgeport.core import memory
+
+    calls = []
+    monkeypatch.setattr(memory, "in_child", lambda fn, *args: calls.append((fn, args)))
+    job = SimpleNamespace(layout={"model": f"hf:{tmp_path}", "prefill_lens": [8], "cache_len": 16}, options={},
+                          out_dir=tmp_path, programs={}, progress=lambda step: None)
+    (tmp_path / "config.json").write_text("{}")
+    try:
+        hf_lowering.export(job, tmp_path / "x.tflite")
+    except RuntimeError as exc:   # the stub wrote nothing
+        assert "wrote no model.tflite" in str(exc)
+    assert calls and calls[0][0] is hf_lowering.run_export_hf and calls[0][1][0] == tmp_path
