@@ -174,7 +174,7 @@ def lightweight(job) -> bool:
     from edgeport.core.memory import program_weight_bytes
     from edgeport.targets import litert
 
-    program = (job.programs or {}).get("decode")
+    program = (getattr(job, "programs", None) or {}).get("decode")
     return program is not None and program_weight_bytes(program) > litert.LIGHTWEIGHT_ABOVE
 
 
