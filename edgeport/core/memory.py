@@ -191,8 +191,11 @@ def in_child(fn, *args):
     For a library step that leaves gigabytes behind in the process that ran it (its imports, graphs and
     constants that no ``gc.collect``/``malloc_trim`` returns): they go when the child exits. Spawned, not
     forked: the child shares no thread or lock state with this process (torch's thread pools), and reads
-    only what ``args`` carry. ``fn`` must be importable by name; fds 1/2 are inherited (the run's log)."""
+    only what ``args`` carry. ``fn`` must be importable by name; fds 1/2 are inherited (the run's log). A
+    daemonic process may not start children: there it runs in the process itself."""
     import multiprocessing
 
+    if multiprocessing.current_process().daemon:
+        return fn(*args)
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(fn, args)
