@@ -105,8 +105,12 @@ class Refused(Exception):
 
 @pytest.fixture
 def stub_export_hf(monkeypatch):
-    """export_hf replaced by a stub that refuses the model (and records that it was called)."""
+    """export_hf replaced by a stub that refuses the model (and records that it was called); the route's
+    child process (core.memory.in_child) runs in this one, where the stub is."""
+    from edgeport.core import memory
     from edgeport.targets.litert import hf_lowering
+
+    monkeypatch.setattr(memory, "in_child", lambda fn, *args: fn(*args))
 
     calls = []
 

@@ -33,10 +33,12 @@ def generate(
         out.write(piece)
         out.flush()
 
+    # runtimes print from destructors (LiteRT's CompiledModel: "DestroyAccelerator"), also when the judge's
+    # runner goes at the end of generate: native output goes to the run's log before the runtime loads
+    native_output_to(Path(directory) / "edgeport.log")
     result = with_progress(lambda progress: gen.generate(directory, target, variant, prompt_ids, prompt, max_new,
                                                          1 if count == "auto" else count,
                                                          on_text if out else None))
-    native_output_to(Path(directory) / "edgeport.log")  # runtimes' destructors print at exit (DestroyAccelerator)
     if out is not None and result.streamed:
         out.write("\n")
         out.flush()

@@ -183,3 +183,19 @@ def parse_memory(text: str) -> int:
     from edgeport.cache import parse_size
 
     return parse_size(text, "--max-memory")
+
+
+def in_child(fn, *args):
+    """``fn(*args)`` in a fresh (spawned) Python process: its return value, or its exception raised here.
+
+    For a library step that leaves gigabytes behind in the process that ran it (its imports, graphs and
+    constants that no ``gc.collect``/``malloc_trim`` returns): they go when the child exits. Spawned, not
+    forked: the child shares no thread or lock state with this process (torch's thread pools), and reads
+    only what ``args`` carry. ``fn`` must be importable by name; fds 1/2 are inherited (the run's log). A
+    daemonic process may not start children: there it runs in the process itself."""
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        return fn(*args)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)

@@ -59,6 +59,7 @@ def convert(job: GenerativeJob) -> Converted:
         _quantize(fp32, path, job.variant)
         if job.variant in BLOCKWISE:
             details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
+        details.update(judged_on(path))
         built_by, reason = lowered_by(fp32), f"{job.variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
             f"; fp32: {reason}" if reason else "")
     exported_hf = built_by == "export_hf"
@@ -71,6 +72,14 @@ def convert(job: GenerativeJob) -> Converted:
                  if prefill_has_logits(path) else "prefill returns no logits"))
     return Converted(path, {"ops": op_counts(path), "built_by": built_by, "lowering_reason": reason, "kv_cache": kv,
                             **details}, from_source=exported_hf)
+
+
+def judged_on(path: Path) -> dict:
+    """``runtime_kernels`` when the judge runs the file off XNNPACK (:mod:`.interpreter`), so the row's latency
+    is read as what it is."""
+    from edgeport.targets.litert.interpreter import BUILTIN, weight_only
+
+    return {"runtime_kernels": BUILTIN} if weight_only(path) else {}
 
 
 def lowered_by(path: Path) -> str:

@@ -152,7 +152,11 @@ def export(job, dst: Path) -> None:
     layout, bundle = job.layout, bool(job.options.get("litertlm"))
     work = job.out_dir / WORK
     job.progress("export_hf (litert-torch's Hugging Face path)")
-    run_export_hf(model_dir(layout), layout, work, bundle)
+    from edgeport.core.memory import in_child
+
+    # in a child process: export_hf's imports (tensorflow) and leftovers (~3 GB at 0.6B, kept by this process
+    # through the judges otherwise) go when it exits; it reads the model's own files, not the programs
+    in_child(run_export_hf, model_dir(layout), layout, work, bundle, lightweight(job))
     built = next(work.rglob("model.tflite"), None)
     if built is None:
         raise RuntimeError("export_hf wrote no model.tflite")
@@ -162,11 +166,23 @@ def export(job, dst: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> None:
+def lightweight(job) -> bool:
+    """export_hf's lightweight conversion for a model over the forward path's threshold
+    (``edgeport.targets.litert.LIGHTWEIGHT_ABOVE``): litert-torch then keeps its constants out of each
+    signature's lowered graph until the flatbuffer is written. Measured on a Qwen3-shaped model (bench/LARGE_GENERATION.md,
+    "Memory, fifth session"): the same logits to the bit and the same ops, ~1.9x the weights less at peak."""
+    from edgeport.core.memory import program_weight_bytes
+    from edgeport.targets import litert
+
+    program = (getattr(job, "programs", None) or {}).get("decode")
+    return program is not None and program_weight_bytes(program) > litert.LIGHTWEIGHT_ABOVE
+
+
+def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool, lightweight: bool = False) -> None:
     """The one export_hf call (this route's and the ``--litertlm`` bundle's): fp32 (``quantization_recipe=
     "none"``; its default is dynamic int8) at the layout's prefill lengths and cache length, into a fresh
     ``work`` folder; its prefill returns the last real token's logits where the hook takes
-    (:mod:`edgeport.targets.litert.hf_prefill`; never in the bundle)."""
+    (:mod:`edgeport.targets.litert.hf_prefill`; never in the bundle). ``lightweight``: see :func:`lightweight`."""
     os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
     shutil.rmtree(work, ignore_errors=True)
     from litert_torch.generative.export_hf import export as export_hf  # imports tensorflow
@@ -174,7 +190,8 @@ def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool) -> None:
     from edgeport.targets.litert import hf_prefill
 
     hf_prefill.export(export_hf, str(source), str(work), bundle, prefill_lengths=list(layout["prefill_lens"]),
-                      cache_length=int(layout["cache_len"]), quantization_recipe="none", keep_temporary_files=True)
+                      cache_length=int(layout["cache_len"]), quantization_recipe="none", keep_temporary_files=True,
+                      **({"experimental_lightweight_conversion": True} if lightweight else {}))
 
 
 def check_signatures(path: Path, layout: dict) -> None:

@@ -74,10 +74,11 @@ class ExportHfRunner(SignatureRunner):
     takes_prompt_len = True
 
     def __init__(self, path: Path, threads: int):
-        from ai_edge_litert.interpreter import Interpreter
+        from edgeport.targets.litert.interpreter import interpreter
 
         super().__init__(path, threads)
-        self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        self.interpreter = interpreter(path, threads)   # XNNPACK's weight cache, or builtin kernels (see there)
+        self.name = self.interpreter.runner_name
         self.runners = {n: self.interpreter.get_signature_runner(n) for n in self.interpreter.get_signature_list()}
         inputs = self.runners["decode"].get_input_details()
         self.cache_len = int(inputs["mask"]["shape"][-1])

@@ -16,10 +16,11 @@ class LiteRTSignatureRunner(SignatureRunner):
     name = "interpreter"
 
     def __init__(self, path: Path, threads: int):
-        from ai_edge_litert.interpreter import Interpreter
+        from edgeport.targets.litert.interpreter import interpreter
 
         super().__init__(path, threads)
-        self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        self.interpreter = interpreter(path, threads)   # XNNPACK's weight cache, or builtin kernels (see there)
+        self.name = self.interpreter.runner_name
         self.runners = {name: self.interpreter.get_signature_runner(name) for name in self.interpreter.get_signature_list()}
         self.inputs = {name: r.get_input_details() for name, r in self.runners.items()}
 

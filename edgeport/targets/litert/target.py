@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.targets.litert import hf_lowering as litert_hf, kernels as litert_kernels
+from edgeport.targets.litert import LIGHTWEIGHT_ABOVE, hf_lowering as litert_hf, kernels as litert_kernels
 from edgeport.targets.litert import quantize as litert_quant, share as litert_share
 from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.targets._pt2e import float_filter
@@ -57,10 +57,6 @@ def convert(job: ConvertJob) -> Converted:
     return Converted(path, {"ops": op_counts(path), **details})
 
 
-# fp32 weights above which litert-torch converts "lightweight" (constants handled lazily, then folded by its
-# runtime): on a 2.24 GB model its peak over the weights fell from 2.7x to 1.8x and the conversion took half
-# the time, same parity (bench/LARGE.md); smaller models keep the default path their tests pin
-LIGHTWEIGHT_ABOVE = 1 << 30
 
 
 def large_model_options(job: ConvertJob, quant_config) -> dict:
@@ -115,7 +111,7 @@ TARGET = Target(
     relative_cost=2.0,
     # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
     memory_factor=2.8,   # litert-torch's own constant copies and flatbuffer (lightweight conversion)
-    generation_memory_factor=5.5,   # Qwen3-0.6B: 5.45x judging weight-int8, fp32 alone 3.91x (bench/LARGE_GENERATION.md)
+    generation_memory_factor=3.0,   # Qwen3-0.6B fp32 + weight-int8: 2.97x, export_hf in its child (bench/LARGE_GENERATION.md)
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),
              TargetOption("litertlm", "litert: also write model.litertlm (LiteRT-LM bundle via litert-torch's "
                           "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool),

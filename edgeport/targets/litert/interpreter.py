@@ -1,0 +1,143 @@
+"""The runtime a generative ``.tflite`` is judged (and ``edgeport generate`` runs) in: XNNPACK with its weight
+cache in a file, through LiteRT's CompiledModel; a weight-only quantized file on TFLite's builtin kernels.
+
+XNNPACK packs every weight into its own layout. Without a weight cache the Interpreter packs each signature's
+weights separately, all at its first call (prefill and decode: 2x the fp32 weights, beside the mapped file),
+so judging a 2.38 GB fp32 model held 3x its weights. With ``xnnpack_weight_cache_path`` (a file; LiteRT-LM
+runs models this way) the packed weights are written once for all signatures and mapped back: measured on a
+Qwen3-shaped model, 1.5x the weights instead of 3x, the same logits, prefill and decode as fast
+(bench/LARGE_GENERATION.md, "Memory, fifth session"). The cache file lives in a temporary folder for the
+runner's lifetime (it is as large as the packed weights).
+
+ai-edge-quantizer's weight-only recipe (``weight-int8``) stores int8 weights behind DEQUANTIZE ops. XNNPACK
+(applied by default) dequantizes every such weight to fp32 when a signature is first run and packs its own
+copy of it, and keeps both: on Qwen3-shaped models it held 4.3x the fp32 weights for the first signature and
+4.7x with prefill and decode (bench/LARGE_GENERATION.md, "Memory, fifth session"), so judging a 0.6 GB
+weight-int8 file of a 2.38 GB model took 11.8 GB. TFLite's builtin kernels dequantize each constant once
+per signature and multiply the fp32 result in place (no packed copy): 2x the fp32 weights with two
+signatures. Measured there: decode as fast as XNNPACK's (memory-bound either way), prefill slower. The row
+says which kernels judged it (``runtime_kernels``), so the latency it reports is read as what it is; an
+app that runs the file with XNNPACK pays XNNPACK's memory for XNNPACK's prefill.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+BUILTIN = ("TFLite builtin kernels (XNNPACK off): XNNPACK holds the dequantized and the packed fp32 "
+           "weights of a weight-only int8 model, ~4.7x the fp32 weights (bench/LARGE_GENERATION.md)")
+
+
+def weight_only(path: Path) -> bool:
+    """The file dequantizes int8 constant weights with DEQUANTIZE ops (the weight-only recipe), read
+    through the schema's lazy accessors over the mapped file (no copy of a weight)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    int8, dequantize = schema.TensorType.INT8, schema.BuiltinOperator.DEQUANTIZE
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        model = schema.Model.GetRootAs(mapped, 0)
+        codes = {i for i in range(model.OperatorCodesLength())
+                 if max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode()) == dequantize}
+        found = bool(codes) and any(_dequantizes_int8(model, model.Subgraphs(s), codes, int8)
+                                    for s in range(model.SubgraphsLength()))
+        del model   # the accessors hold views of the mapping, which must close
+    return found
+
+
+def _dequantizes_int8(model, graph, codes: set, int8: int) -> bool:
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        if op.OpcodeIndex() not in codes or op.InputsLength() < 1:
+            continue
+        tensor = graph.Tensors(op.Inputs(0))
+        buffer = model.Buffers(tensor.Buffer()) if tensor.Buffer() > 0 else None
+        if tensor.Type() == int8 and buffer is not None and (buffer.DataLength() > 0 or buffer.Offset() > 1):
+            return True
+    return False
+
+
+def kernel_options(path: Path) -> dict:
+    """Interpreter keyword arguments for judging ``path``: builtin kernels for a weight-only file (see the
+    module docstring), the default (XNNPACK) otherwise."""
+    if not weight_only(path):
+        return {}
+    from ai_edge_litert.interpreter import OpResolverType
+
+    return {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+
+
+def interpreter(path: Path, threads: int):
+    """What a generative row is judged in: the builtin-kernel Interpreter for a weight-only file, else
+    :class:`CachedWeights` (XNNPACK's weight cache in a file). Both answer ``get_signature_list`` and
+    ``get_signature_runner`` as the Interpreter does; ``runner_name`` says which."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    options = kernel_options(Path(path))
+    if options:
+        found = Interpreter(model_path=str(path), num_threads=threads, **options)
+        found.runner_name = "interpreter (builtin kernels)"
+        return found
+    return CachedWeights(Path(path), threads)
+
+
+class CachedWeights:
+    """The ``.tflite`` in LiteRT's CompiledModel on CPU (XNNPACK) with XNNPACK's weight cache in a temporary
+    file (see the module docstring), behind the Interpreter's signature-runner surface."""
+
+    runner_name = "compiled_model (XNNPACK weight cache)"
+
+    def __init__(self, path: Path, threads: int):
+        from ai_edge_litert.compiled_model import CompiledModel
+        from ai_edge_litert.cpu_options import CpuOptions
+        from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+        from ai_edge_litert.options import Options
+
+        folder = tempfile.mkdtemp(prefix="edgeport-xnnpack-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
+        self.cache_file = os.path.join(folder, "weights.xnnpack_cache")
+        cpu = CpuOptions(num_threads=threads, xnnpack_weight_cache_path=self.cache_file)
+        self.model = CompiledModel.from_file(str(path), options=Options(hardware_accelerators=HardwareAccelerator.CPU,
+                                                                         cpu_options=cpu))
+
+    def get_signature_list(self) -> dict:
+        return self.model.get_signature_list()
+
+    def get_signature_runner(self, name: str) -> "CompiledSignature":
+        return CompiledSignature(self.model, name)
+
+
+class CompiledSignature:
+    """One signature of a CompiledModel called like the Interpreter's signature runner: ``runner(**feeds)``
+    -> ``{output name: array}``; its tensor buffers are made once and reused by every call."""
+
+    def __init__(self, model, name: str):
+        self.model, self.index = model, model.get_signature_index(name)
+        names = model.get_signature_list()[name]
+        self.input_names, self.output_names = list(names["inputs"]), list(names["outputs"])
+        self.inputs, self.outputs = model.get_input_tensor_details(name), model.get_output_tensor_details(name)
+        self.input_buffers = model.create_input_buffers(self.index)
+        self.output_buffers = model.create_output_buffers(self.index)
+
+    def get_input_details(self) -> dict:
+        return self.inputs
+
+    def get_output_details(self) -> dict:
+        return self.outputs
+
+    def __call__(self, **feeds) -> dict:
+        for name, buffer in zip(self.input_names, self.input_buffers):
+            detail = self.inputs[name]
+            buffer.write(np.ascontiguousarray(np.asarray(feeds[name], np.dtype(detail["dtype"])).reshape(detail["shape"])))
+        self.model.run_by_index(self.index, self.input_buffers, self.output_buffers)
+        out = {}
+        for name, buffer in zip(self.output_names, self.output_buffers):
+            shape = tuple(int(s) for s in self.outputs[name]["shape"])
+            out[name] = buffer.read(int(np.prod(shape)), np.dtype(self.outputs[name]["dtype"])).reshape(shape)
+        return out
