@@ -1,7 +1,8 @@
 """Which runtime judges a LiteRT generative artifact (edgeport/targets/litert/interpreter.py): a weight-only
 int8 file (DEQUANTIZE ops on int8 weights) runs on TFLite's builtin kernels, because XNNPACK keeps a
 dequantized and a packed fp32 copy of every weight; every other file runs on XNNPACK with its weight cache in
-a file (packed once for every signature, mapped back)."""
+a file (packed once for every signature, mapped back). Both above a size a model of these tests never
+reaches, so the tests lower the threshold; below it, the default Interpreter with XNNPACK, as before."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from edgeport.targets.litert import generate
+from edgeport.targets.litert import interpreter as litert_interpreter
 from edgeport.targets.litert.interpreter import CachedWeights, kernel_options, weight_only
 from edgeport.targets.litert.signatures import LiteRTSignatureRunner
 
@@ -42,7 +44,22 @@ def files(tmp_path_factory):
     return out
 
 
-def test_only_the_weight_only_file_leaves_xnnpack(files):
+@pytest.fixture
+def large_model(monkeypatch):
+    """Every file counts as large (the memory runtimes apply above 1 GiB of fp32 weights)."""
+    monkeypatch.setattr(litert_interpreter, "MEMORY_RUNTIMES_ABOVE", 0)
+
+
+def test_a_small_model_is_judged_as_an_app_runs_it_by_default(files):
+    x = np.zeros((1, IN), np.float32)
+    for variant in ("fp32", "weight-int8"):
+        runner = LiteRTSignatureRunner(files[variant], 1)
+        runner.run("serving_default", {k: x for k in runner.inputs["serving_default"]})   # XNNPACK applies at the first call
+        assert runner.name == "interpreter" and "DELEGATE" in _nodes(runner), variant   # XNNPACK applied
+        assert kernel_options(files[variant]) == {} and generate.judged_on(files[variant]) == {}
+
+
+def test_only_the_weight_only_file_leaves_xnnpack(files, large_model):
     assert weight_only(files["weight-int8"]) is True
     assert weight_only(files["fp32"]) is False
     assert weight_only(files["dynamic-int8"]) is False
@@ -68,7 +85,7 @@ def _anon_kb() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("Anonymous:"))
 
 
-def test_weight_int8_is_judged_without_xnnpack_and_without_its_copies(files):
+def test_weight_int8_is_judged_without_xnnpack_and_without_its_copies(files, large_model):
     x = np.random.default_rng(0).standard_normal((1, IN)).astype(np.float32)
     name = "serving_default"
     before = _anon_kb()
@@ -91,7 +108,7 @@ def test_weight_int8_is_judged_without_xnnpack_and_without_its_copies(files):
     assert _anon_kb() - before > 1.5 * IN * OUT * 4 / 1024   # what the builtin kernels avoid (can fail if XNNPACK changes)
 
 
-def test_other_files_run_on_xnnpack_with_its_weight_cache_in_a_file(files):
+def test_other_files_run_on_xnnpack_with_its_weight_cache_in_a_file(files, large_model):
     x = np.random.default_rng(1).standard_normal((1, IN)).astype(np.float32)
     runner = LiteRTSignatureRunner(files["fp32"], 1)
     assert isinstance(runner.interpreter, CachedWeights) and runner.name.startswith("compiled_model")

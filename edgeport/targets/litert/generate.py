@@ -77,9 +77,9 @@ def convert(job: GenerativeJob) -> Converted:
 def judged_on(path: Path) -> dict:
     """``runtime_kernels`` when the judge runs the file off XNNPACK (:mod:`.interpreter`), so the row's latency
     is read as what it is."""
-    from edgeport.targets.litert.interpreter import BUILTIN, weight_only
+    from edgeport.targets.litert.interpreter import BUILTIN, builtin_kernels
 
-    return {"runtime_kernels": BUILTIN} if weight_only(path) else {}
+    return {"runtime_kernels": BUILTIN} if builtin_kernels(path) else {}
 
 
 def lowered_by(path: Path) -> str:

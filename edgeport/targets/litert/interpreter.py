@@ -18,6 +18,10 @@ per signature and multiply the fp32 result in place (no packed copy): 2x the fp3
 signatures. Measured there: decode as fast as XNNPACK's (memory-bound either way), prefill slower. The row
 says which kernels judged it (``runtime_kernels``), so the latency it reports is read as what it is; an
 app that runs the file with XNNPACK pays XNNPACK's memory for XNNPACK's prefill.
+
+Both apply above ``MEMORY_RUNTIMES_ABOVE`` bytes of fp32-equivalent weights (the threshold at which the
+conversion goes lightweight too), where XNNPACK's copies are gigabytes: a smaller model is judged as an app
+runs it by default (the Interpreter with XNNPACK), its latency unchanged, and no cache file is written.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeport.targets.litert import LIGHTWEIGHT_ABOVE
+
+MEMORY_RUNTIMES_ABOVE = LIGHTWEIGHT_ABOVE
 BUILTIN = ("TFLite builtin kernels (XNNPACK off): XNNPACK holds the dequantized and the packed fp32 "
            "weights of a weight-only int8 model, ~4.7x the fp32 weights (bench/LARGE_GENERATION.md)")
 
@@ -63,10 +70,21 @@ def _dequantizes_int8(model, graph, codes: set, int8: int) -> bool:
     return False
 
 
+def large(path: Path, weight_only_file: bool) -> bool:
+    """Whether ``path``'s weights, as fp32, exceed :data:`MEMORY_RUNTIMES_ABOVE` (int8 weights dequantize to
+    four times their bytes)."""
+    return Path(path).stat().st_size * (4 if weight_only_file else 1) > MEMORY_RUNTIMES_ABOVE
+
+
+def builtin_kernels(path: Path) -> bool:
+    """A large weight-only file is judged on the builtin kernels (see the module docstring)."""
+    return weight_only(path) and large(path, True)
+
+
 def kernel_options(path: Path) -> dict:
-    """Interpreter keyword arguments for judging ``path``: builtin kernels for a weight-only file (see the
-    module docstring), the default (XNNPACK) otherwise."""
-    if not weight_only(path):
+    """Interpreter keyword arguments for judging ``path``: builtin kernels for a large weight-only file (see
+    the module docstring), the default (XNNPACK) otherwise."""
+    if not builtin_kernels(path):
         return {}
     from ai_edge_litert.interpreter import OpResolverType
 
@@ -74,15 +92,15 @@ def kernel_options(path: Path) -> dict:
 
 
 def interpreter(path: Path, threads: int):
-    """What a generative row is judged in: the builtin-kernel Interpreter for a weight-only file, else
-    :class:`CachedWeights` (XNNPACK's weight cache in a file). Both answer ``get_signature_list`` and
-    ``get_signature_runner`` as the Interpreter does; ``runner_name`` says which."""
+    """What a generative row is judged in: for a large model, the builtin-kernel Interpreter (weight-only file)
+    or :class:`CachedWeights` (XNNPACK's weight cache in a file); otherwise the default Interpreter. Each
+    answers ``get_signature_list`` and ``get_signature_runner``; ``runner_name`` says which."""
     from ai_edge_litert.interpreter import Interpreter
 
     options = kernel_options(Path(path))
-    if options:
+    if options or not large(path, False):
         found = Interpreter(model_path=str(path), num_threads=threads, **options)
-        found.runner_name = "interpreter (builtin kernels)"
+        found.runner_name = "interpreter (builtin kernels)" if options else "interpreter"
         return found
     return CachedWeights(Path(path), threads)
 
