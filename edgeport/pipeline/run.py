@@ -139,50 +139,28 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
     """Every row of the plan in this process, one after another; then the rows the task cannot build
     (e.g. a target without text-generation support), skipped with the reason. A task with
     ``release_after_builds`` builds every row first, lets go of what only building needed (a generative
-    model's programs: the weights once), then judges: the runtimes' own copies never sit beside them.
-    A row its task builds from an earlier row's artifact (``Task.build_after_release``: ONNX int8 from
-    the fp32 graphs) is built after that release, so its converter does not run beside the programs."""
+    model's programs: the weights once), then judges: the runtimes' own copies never sit beside them."""
     from edgeport.config import is_required
-    from edgeport.pipeline.row import Row, judge_row, run_row
+    from edgeport.pipeline.row import Row, build_row, judge_row, run_row
 
-    task, rows, built, later = the_plan.task, [], [], []
+    task, rows, built = the_plan.task, [], []
     for target, variant in the_plan.rows:
+        progress(f"{target.name} {variant}" + ("" if task.name == "forward" else f" ({task.name})"))
         args = (target, variant, session, staging, _budget(the_plan, target, variant),
                 is_required(target.name, variant, the_plan.config), task)
         if task.release_after_builds is None:
-            progress(_row_step(task, target, variant))
             rows.append(run_row(*args).to_json())
-            gc.collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
-        elif task.build_after_release and task.build_after_release(target, variant, [b for b in built if b]):
-            later.append((len(built), args))
-            built.append(None)
         else:
-            built.append(_build(progress, args))
+            built.append((target, *build_row(*args)))
+        gc.collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
     if task.release_after_builds is not None:
         task.release_after_builds(session, the_plan.rows)
-        for i, args in later:
-            built[i] = _build(progress, args)
         rows = [(judge_row(row, target, b, session, staging, task) if b is not None else row).to_json()
                 for target, row, b in built]
     for target, variant, why in the_plan.skipped:
         rows.append(Row(target.name, variant, status="skipped", error=why,
                         required=is_required(target.name, variant, the_plan.config)).to_json())
     return rows
-
-
-def _row_step(task, target, variant: str) -> str:
-    return f"{target.name} {variant}" + ("" if task.name == "forward" else f" ({task.name})")
-
-
-def _build(progress: Progress, args: tuple) -> tuple:
-    """(target, row, Built or None) of one row; its converter's graphs go before the next row."""
-    from edgeport.pipeline.row import build_row
-
-    target, variant, task = args[0], args[1], args[-1]
-    progress(_row_step(task, target, variant))
-    result = (target, *build_row(*args))
-    gc.collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
-    return result
 
 
 def _budget(the_plan, target, variant: str) -> dict:

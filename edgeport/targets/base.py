@@ -146,10 +146,6 @@ class GenerativeSupport:
     # plan time, before the model loads: (source, target options, cache_len) -> None, UsageError (exit 2)
     # when the target's options cannot hold for this model
     check: Callable[[Any, dict, int], None] | None = None
-    # variants ``convert`` builds from the first variant's artifact when this run wrote it (not from the
-    # programs: ``job.programs`` then maps each signature name to None): the pipeline builds them after the
-    # programs are released, so their converter never runs beside the weights the programs hold
-    from_first: tuple[str, ...] = ()
 
     def bundle(self, variant: str) -> BundleSupport | None:
         return next((b for b in self.bundles if b.variant == variant), None)

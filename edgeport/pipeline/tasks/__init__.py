@@ -70,9 +70,6 @@ class Task:
     # (session, plan rows) -> None: when set, every row is built before any is judged, and this runs in
     # between (what only the conversions needed goes before the runtimes load their artifacts)
     release_after_builds: Callable[..., None] | None = None
-    # (target, variant, [(target, row, Built or None) built so far]) -> True when this row is built from an
-    # earlier row's artifact alone (not the programs): then it is built after release_after_builds
-    build_after_release: Callable[..., bool] | None = None
     log_prefix: str = "convert"
 
 

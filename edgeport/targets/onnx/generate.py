@@ -34,8 +34,6 @@ def convert(job: GenerativeJob) -> Converted:
 
     fp32 = artifact_dir(job.out_dir, "fp32")
     if job.variant == "fp32" or not all((fp32 / f"{n}.onnx").is_file() for n in job.programs):
-        if None in job.programs.values():   # built after the programs were released (GenerativeSupport.from_first)
-            raise RuntimeError(f"{job.variant} is built from the fp32 graphs, and {fp32.name}/ has not all of them")
         fp32.mkdir(parents=True, exist_ok=True)
         for name, program in job.programs.items():
             _export(program, job.samples[name], fp32 / f"{name}.onnx")
@@ -90,5 +88,4 @@ def load(path: Path, threads: int) -> OnnxSignatureRunner:
     return OnnxSignatureRunner(Path(path), threads)
 
 
-# dynamic-int8 quantizes the fp32 graphs: built after the programs are released when fp32 was built in this run
-GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8"), convert=convert, load=load, from_first=("dynamic-int8",))
+GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8"), convert=convert, load=load)

@@ -17,21 +17,21 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     one artifact by the target's generative support; or the same conversion from the cache
     (:mod:`.reuse`: ``row.details["cache"]`` says hit, miss or off)."""
     from edgeport.core.memory import release
+    from edgeport.core.progress import scoped
     from edgeport.pipeline.reuse import cached_conversion
     from edgeport.pipeline.tasks.text_generation.judge import generation_budget
     from edgeport.pipeline.tasks.text_generation.reuse import row_key
+    from edgeport.targets.base import GenerativeJob
     from edgeport.targets.rewrites import REWRITES
 
     bundle = target.generation().bundle(variant)
     passes = [] if bundle else [n for n in target.rewrites if n in REWRITES]
-    # after release_programs: a variant built from the first variant's artifact (GenerativeSupport.from_first)
-    released = not session.programs
-    job = _job(target, variant, session, out_dir)
+    job = GenerativeJob(dict(session.programs), session.samples, session.layout.to_json(), variant, out_dir,
+                        dict(session.target_options), notes=list(session.notes),
+                        progress=scoped(session.progress, f"{target.name} {variant}"))
     support = target.generation()
-    from_source = not bundle and not released and bool(support.from_source and support.from_source(job))
-    first = (target.name, support.variants[0])
-    convert = ((lambda: _from_first(support, job, session.rewrites.get(first, []))) if released  # noqa: E731
-               else lambda: _convert(target, bundle, passes, job, session, from_source))
+    from_source = not bundle and bool(support.from_source and support.from_source(job))
+    convert = lambda: _convert(target, bundle, passes, job, session, from_source)  # noqa: E731
     key = row_key(target, variant, session, passes, from_source)
     try:
         if key is None:
@@ -40,27 +40,12 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
         else:
             converted = cached_conversion(session.cache, key, job, convert, row.details, target.name)
     except Exception as exc:
-        program = job.programs.get("decode")
-        why = conversion_error(exc, program) if program is not None else f"conversion failed: {first_line(exc)}"
-        raise BuildFailed(why, job.notes) from exc
+        raise BuildFailed(conversion_error(exc, job.programs["decode"]), job.notes) from exc
     row.rewrites = list(converted.rewrites)
-    if getattr(session, "rewrites", None) is not None:   # a GenSession: for a row built later from this one
-        session.rewrites[(target.name, variant)] = row.rewrites
     converted.files += tokenizer_files(out_dir.parent)
     job.programs = {}  # the rewritten programs (and the converter's graphs they anchor) go before the judge
     release(session.weight_bytes)
     return Built(converted, job, generation_budget(budget, bundle.precision if bundle else variant), key, job.notes)
-
-
-def _job(target, variant: str, session, out_dir: Path):
-    """The row's job: the session's programs, or each signature's name mapped to None once they are released."""
-    from edgeport.core.progress import scoped
-    from edgeport.targets.base import GenerativeJob
-
-    programs = dict(session.programs) or dict.fromkeys(session.layout.signature_names)
-    return GenerativeJob(programs, session.samples, session.layout.to_json(), variant, out_dir,
-                         dict(session.target_options), notes=list(session.notes),
-                         progress=scoped(session.progress, f"{target.name} {variant}"))
 
 
 def tokenizer_files(staging: Path) -> list[Path]:
@@ -90,15 +75,6 @@ def _convert(target, bundle, passes: list[str], job, session, from_source: bool)
     converted = (bundle.impl().convert if bundle else target.generation().convert)(job)
     done = [] if converted.from_source else state["applied"]   # not built from the rewritten programs
     converted.rewrites = [*done, *(r for r in converted.rewrites if r not in done)]
-    return converted
-
-
-def _from_first(support, job, rewrites: list[str]):
-    """The conversion of a variant built from the first variant's artifact, after the programs were released:
-    that artifact came from the programs with ``rewrites`` applied, so this one did too."""
-    job.rewrite = lambda: list(rewrites)
-    converted = support.convert(job)
-    converted.rewrites = [*rewrites, *(r for r in converted.rewrites if r not in rewrites)]
     return converted
 
 

@@ -57,21 +57,8 @@ def release_programs(session, rows) -> None:
 
     if any(t.generation() is not None and t.generation().bundle(v) is not None for t, v in rows):
         return
-    if session.cache is not None:
-        session.programs_id()   # a row built after this still has its cache key (hashed from the programs)
     session.programs = {}
     release(session.weight_bytes)
-
-
-def built_from_first(target, variant: str, built: list) -> bool:
-    """A variant its target builds from the first variant's artifact (``GenerativeSupport.from_first``), when
-    that row was built in this run: it is built after :func:`release_programs` (ONNX dynamic-int8 from the
-    fp32 graphs: onnxruntime's quantizer held the fp32 graph and the int8 one, 2.5x the weights, beside the
-    programs' 1x)."""
-    support = target.generation()
-    if support is None or variant not in support.from_first:
-        return False
-    return any(t.name == target.name and row.variant == support.variants[0] and b is not None for t, row, b in built)
 
 
 def check_fits(model, opts, the_plan, workers: bool) -> None:
@@ -136,7 +123,6 @@ class GenSession:
     cache: object = None               # edgeport.cache.Cache, or None (--no-cache; validate)
     reuse_verdict: bool = False        # a cached artifact keeps its cached verdict (--reuse-verdict)
     weight_bytes: int | None = None    # fp32 bytes of the model's parameters (None: unknown)
-    rewrites: dict = field(default_factory=dict)   # (target, variant) -> the rewrites a built row applied
     _programs_id: dict | None = None
 
     def programs_id(self) -> dict:
