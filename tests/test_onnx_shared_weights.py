@@ -104,3 +104,48 @@ def test_streamed_from_the_exporters_files_without_loading_them(tmp_path, monkey
         np.testing.assert_array_equal(run(path, x), expected)
         model = onnx.load(str(path), load_external_data=False)
         assert not any(t.data_location == TensorProto.EXTERNAL for t in _get_attribute_tensors(model))
+
+
+def embedding_graph(path):
+    """ids -> Gather(E) -> MatMul(W): W is quantized, the table E stays fp32 (Gather is not quantized)."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((256, 64), dtype=np.float32), "E"),
+             numpy_helper.from_array(rng.standard_normal((64, 64), dtype=np.float32), "W")]
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["h"]), helper.make_node("MatMul", ["h", "W"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 64])], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data", size_threshold=1024)
+    share_weights([path])
+
+
+def test_int8_quantizer_reads_the_weights_one_at_a_time_with_the_same_bytes(tmp_path, monkeypatch):
+    """Generative dynamic-int8 quantizes with the fp32 graph's weights read one at a time (onnxruntime's
+    quantize_dynamic loaded the whole graph's data and kept two copies: ~3x the weights at Qwen3-0.6B) and
+    writes the same bytes as the plain quantizer: graph, data file, and the fp32 table it keeps."""
+    from types import SimpleNamespace
+
+    from edgeport.targets.onnx import generate
+    from edgeport.targets.onnx.target import _dynamic_int8
+
+    src = tmp_path / "fp32"
+    src.mkdir()
+    embedding_graph(src / "decode.onnx")
+    job = SimpleNamespace(options={})
+    plain, lazy = tmp_path / "plain", tmp_path / "lazy"
+    for folder in (plain, lazy):
+        folder.mkdir()
+    _dynamic_int8(src / "decode.onnx", plain / "decode.onnx", job, use_external_data_format=True)
+    monkeypatch.setattr(onnx, "load_external_data_for_model", None)   # never the whole graph's data
+    generate.QUANTIZERS["dynamic-int8"](src / "decode.onnx", lazy / "decode.onnx", job)
+    monkeypatch.undo()
+
+    names = sorted(p.name for p in plain.iterdir())
+    assert names == sorted(p.name for p in lazy.iterdir()) == ["decode.onnx", "decode.onnx.data"]
+    for name in names:
+        assert (plain / name).read_bytes() == (lazy / name).read_bytes(), name
+    model = onnx.load(str(lazy / "decode.onnx"))
+    assert {i.name for i in model.graph.initializer} >= {"E", "W_quantized"}
+    ids = np.array([[1, 2, 3, 250]], np.int64)
+    session = ort.InferenceSession(str(lazy / "decode.onnx"), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"ids": ids})[0].shape == (1, 4, 64)

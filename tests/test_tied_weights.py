@@ -91,3 +91,54 @@ def test_programs_of_one_model_share_their_converted_weights():
     assert all(alone.weights[n] is not first.weights[n] for n in first.weights)
     x = np.ones((4, 8), np.float32)
     np.testing.assert_allclose(np.asarray(second.fn(second.weights, x)[0]), np.asarray(alone.fn(alone.weights, x)[0]))
+
+
+def unaligned_model():
+    """A model whose weights sit 4 bytes into one buffer, as weights mapped from model.safetensors do (not
+    64-byte aligned: torchax's t2j copies them)."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).eval()
+    params = list(model.parameters())
+    flat = torch.zeros(1 + sum(p.numel() for p in params))
+    offset = 1
+    with torch.no_grad():
+        for p in params:
+            view = flat[offset:offset + p.numel()].view_as(p)
+            view.copy_(p)
+            p.data = view
+            offset += p.numel()
+    assert all(p.data_ptr() % 64 for p in params)
+    return model, flat
+
+
+def test_program_weights_view_their_jax_copies_not_the_mapped_buffer():
+    """The weights held once while converting for TPU: after the first signature's lowering, every weight
+    of the programs is the jax copy's memory (no tensor left over the unaligned buffer, which torch then
+    frees or unmaps), and the second signature takes the same arrays; the values are unchanged.
+    Before: the programs held the buffer and the lowering its copy (Qwen3-0.6B: 2 x 2.4 GB)."""
+    import torch
+
+    from edgeport.targets._jax import prefer_cpu_backend
+    from edgeport.targets.tpu.target import lower_program
+
+    prefer_cpu_backend()
+    model, flat = unaligned_model()
+    x = torch.randn(4, 8)
+    expected = model(x).detach().numpy()
+    programs = [torch.export.export(model, (torch.randn(n, 8),)) for n in (1, 4)]
+    source = flat.untyped_storage().data_ptr()
+    before = {n: t.clone() for n, t in programs[0].state_dict.items()}
+    assert all(t.untyped_storage().data_ptr() == source for p in programs for t in p.state_dict.values())
+    converted = {}
+    first = lower_program(programs[0], "fp32", ["x"], converted=converted)
+    for program in programs:   # both programs' tensors (one model's parameters) now read the jax arrays
+        for name, tensor in program.state_dict.items():
+            assert tensor.untyped_storage().data_ptr() != source
+            assert tensor.data_ptr() == first.weights[name].unsafe_buffer_pointer(), name
+            assert torch.equal(tensor, before[name])
+    second = lower_program(programs[1], "fp32", ["x"], converted=converted)
+    assert all(second.weights[n] is first.weights[n] for n in first.weights)   # found again: not copied twice
+    np.testing.assert_allclose(np.asarray(second.fn(second.weights, x.numpy())[0]), expected, rtol=1e-5, atol=1e-6)
+    alone = lower_program(torch.export.export(unaligned_model()[0], (x,)), "bf16", ["x"], converted={})
+    assert all(w.dtype == "bfloat16" for w in alone.weights.values())   # a cast copy: the tensors are left as they are

@@ -70,12 +70,15 @@ def _output_names(program) -> list[str]:
 
 
 def _dynamic_int8(src: Path, dst: Path, job: GenerativeJob) -> None:
+    from edgeport.targets.onnx.lazy_weights import weights_read_lazily
     from edgeport.targets.onnx.target import _dynamic_int8 as quantize
 
     # reads only job.options (the --onnx-int8 kernels). External data: a 1B model's int8 graph (its fp32
     # embedding table stays float: Gather is not quantized) is past protobuf's 2 GB; share_weights then
-    # gathers every graph's data into one file
-    quantize(src, dst, job, use_external_data_format=True)
+    # gathers every graph's data into one file. The fp32 weights are read one at a time (the quantizer held
+    # them all, twice: ~3x the weights)
+    with weights_read_lazily():
+        quantize(src, dst, job, use_external_data_format=True)
 
 
 QUANTIZERS = {"dynamic-int8": _dynamic_int8}

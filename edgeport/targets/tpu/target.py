@@ -58,15 +58,19 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature.
     ``converted``: a dict kept across the programs of one model (prefill, decode): each weight storage is
     converted to a jax array once (torchax's ``t2j`` copies a mapped weight: its offset is not 64-byte
-    aligned), not once per program (Qwen3-0.6B held 2.4 GB more per signature)."""
+    aligned), not once per program (Qwen3-0.6B held 2.4 GB more per signature); with it, the programs'
+    tensors are made to view the copies (:mod:`.share`), so the mapped weights are not held beside them."""
     import jax.numpy as jnp
     import torchax
     from torch.export.graph_signature import InputKind, OutputKind
     from torchax import decompositions
     from torchax.ops import mappings
 
+    from edgeport.targets.tpu.share import view_converted
+
     keep_torch_accelerator_honest()
     torchax.default_env()  # builds torchax's op table (the interpreter looks ops up there)
+    original = {**program.state_dict, **program.constants}
     with warnings.catch_warnings():  # torch's own pytree deprecation noise while copying the program
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec.*")
         program = program.run_decompositions().run_decompositions(decompositions.DECOMPOSITIONS)
@@ -78,6 +82,8 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     compute = jnp.bfloat16 if variant == "bf16" else None
     cache = {} if converted is None else converted
     weights = {name: _to_jax(state[name], cache, compute) for name in state_names if name not in tied}
+    if converted is not None:  # the programs' tensors read the copies from now on: the weights held once
+        view_converted([original, state], state_names, weights, tied, cache, compute)
     interpreter_class = _node_reporting_interpreter()
     input_avals = _input_avals(program)
     compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
@@ -319,9 +325,10 @@ TARGET = Target(
     relative_cost=3.0,
     # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
     memory_factor=1.5,   # the weights once: jax aliases torch's and the mapped weights.safetensors
-    # Qwen3-0.6B shape (bench/LARGE_GENERATION.md, fourth session): 2.88x (was 4.26x): the tied table held and
-    # written once, the weights converted once for all signatures; the peak is a compile child beside them
-    generation_memory_factor=2.9,
+    # Qwen3-0.6B shape (bench/LARGE_GENERATION.md, fifth session): 2.34x (was 4.26x, then 2.88x): the tied table
+    # held and written once, converted once for all signatures, the programs' tensors viewing the jax copies;
+    # the peak is the end of prefill's lowering (the mapped weights and their copies, before the views)
+    generation_memory_factor=2.4,
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES}; 'none': the artifact only, no compile)", multiple=True,
