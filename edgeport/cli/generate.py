@@ -33,12 +33,13 @@ def generate(
         out.write(piece)
         out.flush()
 
-    # runtimes print from destructors (LiteRT's CompiledModel: "DestroyAccelerator"), also when the judge's
-    # runner goes at the end of generate: native output goes to the run's log before the runtime loads
-    native_output_to(Path(directory) / "edgeport.log")
     result = with_progress(lambda progress: gen.generate(directory, target, variant, prompt_ids, prompt, max_new,
                                                          1 if count == "auto" else count,
                                                          on_text if out else None))
+    # generate releases its runtime inside its own capture; what a library still prints at exit goes to the log
+    # (after, not before: Python-level library noise during generate is captured on fd 2, which
+    # native_output_to would take sys.stderr away from)
+    native_output_to(Path(directory) / "edgeport.log")
     if out is not None and result.streamed:
         out.write("\n")
         out.flush()

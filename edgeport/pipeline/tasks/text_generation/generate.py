@@ -29,6 +29,7 @@ def generate(directory: Path, target: str, variant: str | None, prompt_ids: str 
     from edgeport.pipeline.tasks.text_generation.loop import greedy
     from edgeport.pipeline.tasks.text_generation.prompts import check_prompt, load_tokenizer
     from edgeport.pipeline.tasks.text_generation.directory import is_generative_dir, read_layout
+    from edgeport.core.memory import release
     from edgeport.core.proc import redirected
 
     directory = Path(directory)
@@ -49,6 +50,8 @@ def generate(directory: Path, target: str, variant: str | None, prompt_ids: str 
     with redirected():  # runtimes' native chatter (XNNPACK's "Created ... delegate") is not generate's output
         runner = load_runner(directory, row, threads)
         out = greedy(runner, layout, ids, max_new, stop_ids=tuple(layout.eos_token_ids))
+        del runner   # a runtime prints as it goes (LiteRT's CompiledModel: "DestroyAccelerator"): still captured
+        release()
     stopped = bool(out.tokens) and out.tokens[-1] in layout.eos_token_ids
     if tokenizer is None and (directory / "tokenizer").is_dir():
         tokenizer = load_tokenizer(directory / "tokenizer", "decoding")
@@ -105,6 +108,7 @@ def generate_bundle(directory: Path, row: dict, bundle, ids: list[int], prompt: 
     """The bundle through its own runtime, which takes text: --prompt-ids are decoded with DIR's tokenizer.
     The runtime splits a prompt longer than the largest prefill into several prefill calls; the cache bound
     was checked by the caller."""
+    from edgeport.core.memory import release
     from edgeport.pipeline.tasks.text_generation.prompts import load_tokenizer
     from edgeport.core.proc import redirected
 
@@ -112,7 +116,9 @@ def generate_bundle(directory: Path, row: dict, bundle, ids: list[int], prompt: 
     text = prompt if prompt is not None else tokenizer.decode(ids, skip_special_tokens=True)
     impl, table = bundle.impl(), None
     impl.check_runtime()
-    load_runner(directory, row, threads)  # the same exit-2 checks (target installed, artifact present)
+    with redirected():   # the same exit-2 checks (target installed, artifact present); the runner goes at once
+        load_runner(directory, row, threads)
+        release()
     from edgeport.validate.report import artifact_in
 
     pieces = []
