@@ -159,3 +159,26 @@ def test_dynamic_batch_on_a_keyword_input_model(tmp_path):
     row = result.report["targets"][0]
     assert result.exit_code == 0 and row["status"] == "ok", row["error"]
     assert [i["shape"][0] for i in row["io"]["inputs"]] == [-1, -1] and len(row["dynamic_inputs"]) == 2
+
+
+def test_an_export_leaves_no_weight_of_the_program_alive(tmp_path):
+    """onnxscript's rewrite rules (module-level objects that torch.onnx's optimizer runs) kept the graph they
+    last matched, and that graph's initializers wrap the program's own parameters: the last exported graph
+    kept one copy of the weights alive after the program, the ONNXProgram and the row were gone (text
+    generation: through every judge, past release_programs)."""
+    import gc
+    import weakref
+
+    import torch
+
+    from edgeport.targets.onnx.exporter import onnx_export
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    program = torch.export.export(model, (torch.randn(2, 8),))
+    weights = [weakref.ref(t) for t in program.state_dict.values()]
+    assert len(weights) == 4
+    onnx_export(program, (torch.randn(2, 8),), dynamo=True, verbose=False).save(str(tmp_path / "m.onnx"))
+    assert (tmp_path / "m.onnx").stat().st_size > 0
+    del model, program
+    gc.collect()
+    assert [w() for w in weights if w() is not None] == []
