@@ -171,11 +171,9 @@ def lightweight(job) -> bool:
     (``edgeport.targets.litert.LIGHTWEIGHT_ABOVE``): litert-torch then keeps its constants out of each
     signature's lowered graph until the flatbuffer is written. Measured on a Qwen3-shaped model (bench/LARGE_GENERATION.md,
     "Memory, fifth session"): the same logits to the bit and the same ops, ~1.9x the weights less at peak."""
-    from edgeport.core.memory import program_weight_bytes
-    from edgeport.targets import litert
+    from edgeport.targets.litert import over_lightweight_threshold
 
-    program = (getattr(job, "programs", None) or {}).get("decode")
-    return program is not None and program_weight_bytes(program) > litert.LIGHTWEIGHT_ABOVE
+    return over_lightweight_threshold((getattr(job, "programs", None) or {}).get("decode"))
 
 
 def run_export_hf(source: Path, layout: dict, work: Path, bundle: bool, lightweight: bool = False) -> None:

@@ -47,26 +47,26 @@ def weight_only(path: Path) -> bool:
     through the schema's lazy accessors over the mapped file (no copy of a weight)."""
     from ai_edge_litert import schema_py_generated as schema
 
-    int8, dequantize = schema.TensorType.INT8, schema.BuiltinOperator.DEQUANTIZE
+    from edgeport.targets.litert.flatbuffer import opcode_names
+
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         model = schema.Model.GetRootAs(mapped, 0)
-        codes = {i for i in range(model.OperatorCodesLength())
-                 if max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode()) == dequantize}
-        found = bool(codes) and any(_dequantizes_int8(model, model.Subgraphs(s), codes, int8)
-                                    for s in range(model.SubgraphsLength()))
+        dequantize = {i for i, name in enumerate(opcode_names(model)) if name == "DEQUANTIZE"}
+        found = any(_dequantizes_int8(model, model.Subgraphs(s), dequantize, schema.TensorType.INT8)
+                    for s in range(model.SubgraphsLength())) if dequantize else False
         del model   # the accessors hold views of the mapping, which must close
     return found
 
 
 def _dequantizes_int8(model, graph, codes: set, int8: int) -> bool:
+    from edgeport.targets.litert.flatbuffer import is_constant
+
     for i in range(graph.OperatorsLength()):
         op = graph.Operators(i)
-        if op.OpcodeIndex() not in codes or op.InputsLength() < 1:
-            continue
-        tensor = graph.Tensors(op.Inputs(0))
-        buffer = model.Buffers(tensor.Buffer()) if tensor.Buffer() > 0 else None
-        if tensor.Type() == int8 and buffer is not None and (buffer.DataLength() > 0 or buffer.Offset() > 1):
-            return True
+        if op.OpcodeIndex() in codes and op.InputsLength() > 0:
+            tensor = graph.Tensors(op.Inputs(0))
+            if tensor.Type() == int8 and is_constant(model, tensor):
+                return True
     return False
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import median
 
+from edgeport.targets.litert.flatbuffer import is_constant, opcode_names
+
 LOOP_OPS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D")
 MIN_STEPS = 3   # a weight read twice is a shared layer more often than a loop (tied heads, siamese branches)
 
@@ -33,25 +35,18 @@ def _loops_of(buffer) -> list[dict]:
     model = schema.Model.GetRootAs(buffer, 0)
     if model.SubgraphsLength() == 0:
         return []
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    codes = [names.get(max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode()), "?")
-             for i in range(model.OperatorCodesLength())]
+    codes = opcode_names(model)
     graph = model.Subgraphs(0)
     reads: dict[int, list[int]] = {}
     for index in range(graph.OperatorsLength()):
         op = graph.Operators(index)
         if codes[op.OpcodeIndex()] in LOOP_OPS and op.InputsLength() > 1 and op.Inputs(1) >= 0 \
-                and _constant(model, graph.Tensors(op.Inputs(1))):
+                and is_constant(model, graph.Tensors(op.Inputs(1))):
             reads.setdefault(op.Inputs(1), []).append(index)
     loops = [_loop(graph, codes, tensor, indices) for tensor, indices in reads.items() if len(indices) >= MIN_STEPS]
     for loop in loops:
         loop["model_ops"] = graph.OperatorsLength()
     return sorted(loops, key=lambda loop: -loop["ops"])
-
-
-def _constant(model, tensor) -> bool:
-    buffer = model.Buffers(tensor.Buffer())
-    return buffer is not None and (buffer.DataLength() > 0 or buffer.Offset() > 0)
 
 
 def _loop(graph, codes: list[str], tensor: int, indices: list[int]) -> dict:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from edgeport.diagnostics import histogram
-from edgeport.targets.litert import LIGHTWEIGHT_ABOVE, hf_lowering as litert_hf, kernels as litert_kernels
-from edgeport.targets.litert import quantize as litert_quant, share as litert_share
+from edgeport.targets.litert import hf_lowering as litert_hf, kernels as litert_kernels
+from edgeport.targets.litert import over_lightweight_threshold, quantize as litert_quant, share as litert_share
 from edgeport.targets.base import ConvertJob, Converted, FallbackSupport, Target, TargetOption
 from edgeport.targets._pt2e import float_filter
 from edgeport.targets.litert.runtime import CompiledModelRunner, LiteRTRunner
@@ -57,12 +57,8 @@ def convert(job: ConvertJob) -> Converted:
     return Converted(path, {"ops": op_counts(path), **details})
 
 
-
-
 def large_model_options(job: ConvertJob, quant_config) -> dict:
-    from edgeport.core.memory import program_weight_bytes
-
-    large = quant_config is None and program_weight_bytes(job.program) > LIGHTWEIGHT_ABOVE
+    large = quant_config is None and over_lightweight_threshold(job.program)
     return {"lightweight_conversion": True} if large else {}
 
 
@@ -74,14 +70,16 @@ def op_counts(path: Path) -> dict[str, int]:
 
     from ai_edge_litert import schema_py_generated as schema
 
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    from edgeport.targets.litert.flatbuffer import opcode_names
+
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         model = schema.Model.GetRootAs(mapped, 0)
+        names = opcode_names(model)
         codes = [model.OperatorCodes(i) for i in range(model.OperatorCodesLength())]
 
         def op_name(op) -> str:
             code = codes[op.OpcodeIndex()]
-            name = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
+            name = names[op.OpcodeIndex()]
             custom = code.CustomCode()
             if name == "CUSTOM" and custom:
                 return f"CUSTOM:{custom.decode() if isinstance(custom, bytes) else custom}"
