@@ -74,8 +74,7 @@ def model_weight_bytes(loaded) -> int:
 
 def program_weight_bytes(program) -> int:
     """fp32 weight bytes of an ExportedProgram's state (parameters, buffers, tensor constants)."""
-    return fp32_weight_bytes([*program.state_dict.values(), *[v for v in program.constants.values()
-                                                             if hasattr(v, "untyped_storage")]])
+    return fp32_weight_bytes(program_tensors([program]))
 
 
 def artifact_share(variant: str) -> float:
@@ -185,17 +184,57 @@ def parse_memory(text: str) -> int:
     return parse_size(text, "--max-memory")
 
 
-def in_child(fn, *args):
+def in_child(fn, *args, idle=()):
     """``fn(*args)`` in a fresh (spawned) Python process: its return value, or its exception raised here.
 
     For a library step that leaves gigabytes behind in the process that ran it (its imports, graphs and
     constants that no ``gc.collect``/``malloc_trim`` returns): they go when the child exits. Spawned, not
     forked: the child shares no thread or lock state with this process (torch's thread pools), and reads
     only what ``args`` carry. ``fn`` must be importable by name; fds 1/2 are inherited (the run's log). A
-    daemonic process may not start children: there it runs in the process itself."""
+    daemonic process may not start children: there it runs in the process itself. ``idle``: tensors this
+    process keeps but will not touch while the child works (:func:`page_out`)."""
     import multiprocessing
 
     if multiprocessing.current_process().daemon:
         return fn(*args)
+    page_out(idle)
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(fn, args)
+
+
+MADV_PAGEOUT = 21   # linux/mman.h (Linux 5.4+); Python's mmap module does not name it before 3.12
+
+
+def page_out(tensors) -> int:
+    """Hand the resident pages of ``tensors`` back to the kernel (``madvise(MADV_PAGEOUT)``); the bytes asked.
+
+    A model's weights are mapped from its ``model.safetensors``: once an export and the reference have read
+    them, all of them stay resident in this process (Qwen3-0.6B: 2.4 GB) though a child process now does
+    the work from the model's own files. Paged out, clean file pages leave this process's memory and fault
+    back in from the file if a later step reads them; nothing is lost (pages written since the load, and
+    anonymous memory on a machine without swap, stay where they are). A kernel without MADV_PAGEOUT refuses
+    the advice, which changes nothing but memory."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    asked, seen = 0, set()
+    for tensor in tensors:
+        if storage_key(tensor) is None or tensor.device.type != "cpu":
+            continue
+        storage = tensor.untyped_storage()
+        start, size = storage.data_ptr(), storage.nbytes()
+        if start in seen:
+            continue
+        seen.add(start)
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE    # whole pages inside the storage only
+        length = (start + size - first) // mmap.PAGESIZE * mmap.PAGESIZE
+        if length > 0 and libc.madvise(first, length, MADV_PAGEOUT) == 0:
+            asked += length
+    return asked
+
+
+def program_tensors(programs) -> list:
+    """Every state tensor and tensor constant of ``programs`` (ExportedPrograms): the weights they hold."""
+    return [t for p in programs for t in (*p.state_dict.values(), *p.constants.values()) if hasattr(t, "untyped_storage")]

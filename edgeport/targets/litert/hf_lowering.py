@@ -152,11 +152,13 @@ def export(job, dst: Path) -> None:
     layout, bundle = job.layout, bool(job.options.get("litertlm"))
     work = job.out_dir / WORK
     job.progress("export_hf (litert-torch's Hugging Face path)")
-    from edgeport.core.memory import in_child
+    from edgeport.core.memory import in_child, program_tensors
 
     # in a child process: export_hf's imports (tensorflow) and leftovers (~3 GB at 0.6B, kept by this process
-    # through the judges otherwise) go when it exits; it reads the model's own files, not the programs
-    in_child(run_export_hf, model_dir(layout), layout, work, bundle, lightweight(job))
+    # through the judges otherwise) go when it exits; it reads the model's own files, not the programs, whose
+    # mapped weights this process need not keep resident meanwhile (2.4 GB at 0.6B)
+    in_child(run_export_hf, model_dir(layout), layout, work, bundle, lightweight(job),
+             idle=program_tensors(job.programs.values()))
     built = next(work.rglob("model.tflite"), None)
     if built is None:
         raise RuntimeError("export_hf wrote no model.tflite")
