@@ -1,6 +1,13 @@
 """A directory of ONNX graphs, one per signature (``prefill_<L>.onnx``, ``decode.onnx``), through
 onnxruntime's CPU provider: ``intra_op_num_threads`` = threads, one inter-op thread. Outputs named
-``present_*`` are returned under their role (``cache_*``), the name the next call's input has."""
+``present_*`` are returned under their role (``cache_*``), the name the next call's input has.
+
+Each session pre-packs its own copy of the MatMul weights (onnxruntime's Python API has no shared pre-packed
+container), so two live sessions hold the weights twice: judging Qwen3-0.6B (2.38 GB fp32) peaked at 2.55x
+its weights, where every other cost is once. Over ``ONE_SESSION_ABOVE`` bytes of graphs and weights, the
+runner keeps one signature's session at a time: switching signatures drops the other session and builds
+this one (seconds at 1B; a greedy generation switches twice per prompt, and latency is timed on warm
+sessions). Smaller artifacts keep every session, as an app would."""
 
 from __future__ import annotations
 
@@ -12,6 +19,9 @@ from edgeport.targets.onnx.runtime import _ORT_DTYPES
 from edgeport.targets.signature import SignatureRunner, cast_to, tensor
 
 PRESENT = "present_"
+ONE_SESSION_ABOVE = 1 << 30   # bytes of an artifact (graphs + weights) judged one session at a time (see above)
+ONE_SESSION = ("one signature's onnxruntime session at a time: each session pre-packs its own copy of the "
+               "weights (bench/LARGE_GENERATION.md)")
 
 
 def output_name(role: str) -> str:
@@ -23,26 +33,50 @@ def role_of(name: str) -> str:
     return "cache_" + name.removeprefix(PRESENT) if name.startswith(PRESENT) else name
 
 
+def one_session(path: Path) -> bool:
+    """The artifact at ``path`` is judged one signature's session at a time (see the module docstring)."""
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file()) > ONE_SESSION_ABOVE
+
+
+def judged_on(path: Path) -> dict:
+    """``runtime_sessions`` when the runner keeps one session at a time, so a reader of the row knows that its
+    judge switched sessions (an app that keeps both pays the weights twice)."""
+    return {"runtime_sessions": ONE_SESSION} if one_session(path) else {}
+
+
 class OnnxSignatureRunner(SignatureRunner):
     name = "onnxruntime"
 
     def __init__(self, path: Path, threads: int):
-        import onnxruntime as ort
-
-        from edgeport.targets.onnx.runtime import session_options
-
         super().__init__(path, threads)
-        options = session_options(threads)
-        graphs = sorted(Path(path).glob("*.onnx"))
-        if not graphs:
+        self.graphs = {g.stem: g for g in sorted(Path(path).glob("*.onnx"))}
+        if not self.graphs:
             raise FileNotFoundError(f"no .onnx graphs in {path}")
-        self.sessions = {g.stem: ort.InferenceSession(str(g), options, providers=["CPUExecutionProvider"]) for g in graphs}
+        self.one_session = one_session(path)
+        self.sessions = {}
+        for name in ([] if self.one_session else self.graphs):
+            self.session(name)
+
+    def session(self, name: str):
+        """``name``'s session, built on first use; with :attr:`one_session`, the only one alive."""
+        if name not in self.sessions:
+            import onnxruntime as ort
+
+            from edgeport.core.memory import release
+            from edgeport.targets.onnx.runtime import session_options
+
+            if self.one_session and self.sessions:
+                self.sessions.clear()
+                release()
+            self.sessions[name] = ort.InferenceSession(str(self.graphs[name]), session_options(self.threads),
+                                                       providers=["CPUExecutionProvider"])
+        return self.sessions[name]
 
     def signatures(self) -> list[str]:
-        return sorted(self.sessions, key=lambda n: (n == "decode", len(n), n))
+        return sorted(self.graphs, key=lambda n: (n == "decode", len(n), n))
 
     def run(self, name: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        session = self.sessions[name]
+        session = self.session(name)
         args = {i.name: cast_to(feeds[i.name], _ORT_DTYPES[i.type]) for i in session.get_inputs()}
         names = [o.name for o in session.get_outputs()]
         return {role_of(n): v for n, v in zip(names, session.run(names, args))}
@@ -52,4 +86,4 @@ class OnnxSignatureRunner(SignatureRunner):
                                                _ORT_DTYPES[m.type], role)
         return {name: {"inputs": [describe(i) for i in s.get_inputs()],
                        "outputs": [describe(o, role_of(o.name)) for o in s.get_outputs()]}
-                for name, s in ((n, self.sessions[n]) for n in self.signatures())}
+                for name, s in ((n, self.session(n)) for n in self.signatures())}
