@@ -69,7 +69,7 @@ def test_only_the_weight_only_file_leaves_xnnpack(files, large_model):
 
 
 def _nodes(runner) -> list[str]:
-    wrapper = runner.interpreter._interpreter
+    wrapper = getattr(runner.interpreter, "live_interpreter", runner.interpreter)._interpreter
     return [wrapper.NodeName(i) for i in range(wrapper.NumNodes())]
 
 
@@ -93,7 +93,7 @@ def test_weight_int8_is_judged_without_xnnpack_and_without_its_copies(files, lar
     got = next(iter(builtin.run(name, {k: x for k in builtin.inputs[name]}).values()))
     builtin_kb = _anon_kb() - before
     assert "DELEGATE" not in _nodes(builtin)
-    assert builtin.name == "interpreter (builtin kernels)"
+    assert builtin.name == "interpreter (builtin kernels, one signature at a time)"
     want = Head()(torch.from_numpy(x)).detach().numpy()
     cos = float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want))
     assert cos > 0.999
@@ -124,3 +124,27 @@ def test_other_files_run_on_xnnpack_with_its_weight_cache_in_a_file(files, large
 
     gc.collect()
     assert not cache.parent.exists()   # the temporary cache goes with the runner
+
+
+def test_weight_int8_signatures_are_judged_one_at_a_time(tmp_path, large_model):
+    """The builtin kernels dequantize a signature's weights at its first call and keep them: with prefill and
+    decode alive that is 2x the fp32 weights. The judge keeps one signature's Interpreter at a time: the
+    same outputs, alternating, with one signature's dequantized weights held."""
+    import litert_torch
+
+    torch.manual_seed(1)
+    heads = {"prefill": Head().eval(), "decode": torch.nn.Sequential(torch.nn.Linear(IN, OUT, bias=False)).eval()}
+    x = torch.randn(1, IN)
+    fp32, int8 = tmp_path / "two.tflite", tmp_path / "two_int8.tflite"
+    converter = litert_torch.signature("prefill", heads["prefill"], (x,))
+    converter.signature("decode", heads["decode"], (x,)).convert().export(str(fp32))
+    generate._quantize(fp32, int8, "weight-int8")
+    runner = LiteRTSignatureRunner(int8, 1)
+    before = _anon_kb()
+    for name in ("prefill", "decode", "prefill", "decode"):
+        got = next(iter(runner.run(name, {k: x.numpy() for k in runner.inputs[name]}).values()))
+        want = heads[name](x).detach().numpy()
+        assert float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want)) > 0.999, name
+        assert runner.interpreter.live == name
+    held = _anon_kb() - before
+    assert held < 1.5 * IN * OUT * 4 / 1024, held   # one signature's dequantized weights (8 MB), not both

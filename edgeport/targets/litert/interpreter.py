@@ -17,7 +17,9 @@ weight-int8 file of a 2.38 GB model took 11.8 GB. TFLite's builtin kernels dequa
 per signature and multiply the fp32 result in place (no packed copy): 2x the fp32 weights with two
 signatures. Measured there: decode as fast as XNNPACK's (memory-bound either way), prefill slower. The row
 says which kernels judged it (``runtime_kernels``), so the latency it reports is read as what it is; an
-app that runs the file with XNNPACK pays XNNPACK's memory for XNNPACK's prefill.
+app that runs the file with XNNPACK pays XNNPACK's memory for XNNPACK's prefill. The dequantized copies
+are made at a signature's first call, one per signature; judging keeps one signature's Interpreter at a
+time (:class:`OneSignatureAtATime`), so the 2x is 1x (a switch re-dequantizes: about a second at 1B).
 
 Both apply above ``MEMORY_RUNTIMES_ABOVE`` bytes of fp32-equivalent weights (the threshold at which the
 conversion goes lightweight too), where XNNPACK's copies are gigabytes: a smaller model is judged as an app
@@ -98,11 +100,57 @@ def interpreter(path: Path, threads: int):
     from ai_edge_litert.interpreter import Interpreter
 
     options = kernel_options(Path(path))
-    if options or not large(path, False):
-        found = Interpreter(model_path=str(path), num_threads=threads, **options)
-        found.runner_name = "interpreter (builtin kernels)" if options else "interpreter"
+    if options:
+        return OneSignatureAtATime(lambda: Interpreter(model_path=str(path), num_threads=threads, **options))
+    if not large(path, False):
+        found = Interpreter(model_path=str(path), num_threads=threads)
+        found.runner_name = "interpreter"
         return found
     return CachedWeights(Path(path), threads)
+
+
+class OneSignatureAtATime:
+    """Interpreters from ``make``, one signature's alive at a time: calling another signature drops the
+    Interpreter that ran the last one (and the weights it dequantized) and builds a fresh one. Tensor details
+    come from an Interpreter that never runs (it dequantizes nothing)."""
+
+    runner_name = "interpreter (builtin kernels, one signature at a time)"
+
+    def __init__(self, make):
+        self.make, self.details = make, make()
+        self.live = self.live_interpreter = self.live_runner = None   # the signature that ran last, and its
+
+    def get_signature_list(self) -> dict:
+        return self.details.get_signature_list()
+
+    def get_signature_runner(self, name: str) -> "_Switching":
+        return _Switching(self, name, self.details.get_signature_runner(name))
+
+    def call(self, name: str, feeds: dict) -> dict:
+        if self.live != name:
+            from edgeport.core.memory import release
+
+            self.live = self.live_interpreter = self.live_runner = None
+            release()
+            self.live_interpreter = self.make()
+            self.live_runner, self.live = self.live_interpreter.get_signature_runner(name), name
+        return self.live_runner(**feeds)
+
+
+class _Switching:
+    """One signature of :class:`OneSignatureAtATime`, called like the Interpreter's signature runner."""
+
+    def __init__(self, owner: OneSignatureAtATime, name: str, details):
+        self.owner, self.name, self.details = owner, name, details
+
+    def get_input_details(self) -> dict:
+        return self.details.get_input_details()
+
+    def get_output_details(self) -> dict:
+        return self.details.get_output_details()
+
+    def __call__(self, **feeds) -> dict:
+        return self.owner.call(self.name, feeds)
 
 
 class CachedWeights:
