@@ -175,4 +175,21 @@ def test_a_large_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp
     for name in ("prefill_4", "decode", "prefill_4"):
         np.testing.assert_array_equal(lean.run(name, {"x": x})["y"], expected[name])
         assert list(lean.sessions) == [name]
-    assert [s["inputs"][0]["name"] for s in lean.io().values()] == ["x", "x"] and len(lean.sessions) == 1
+    assert [s["inputs"][0]["name"] for s in lean.io().values()] == ["x", "x"] and list(lean.sessions) == ["prefill_4"]
+    import gc
+    import weakref
+
+    made, alive_at_build, original = [], [], ort.InferenceSession
+
+    def build(*args, **kwargs):   # records how many earlier sessions are still alive when one is built
+        gc.collect()
+        alive_at_build.append(sum(r() is not None for r in made))
+        session = original(*args, **kwargs)
+        made.append(weakref.ref(session))
+        return session
+
+    monkeypatch.setattr(ort, "InferenceSession", build)
+    fresh = OnnxSignatureRunner(tmp_path, 1)
+    assert fresh.io() == kept.io() and alive_at_build == [0, 0]   # listing the signatures never holds two
+    fresh.run("decode", {"x": x}), fresh.run("prefill_4", {"x": x})
+    assert alive_at_build == [0, 0, 0]   # decode's session was built by io(): reused, then dropped for prefill

@@ -53,7 +53,7 @@ class OnnxSignatureRunner(SignatureRunner):
         if not self.graphs:
             raise FileNotFoundError(f"no .onnx graphs in {path}")
         self.one_session = one_session(path)
-        self.sessions = {}
+        self.sessions, self.described = {}, {}
         for name in ([] if self.one_session else self.graphs):
             self.session(name)
 
@@ -70,6 +70,7 @@ class OnnxSignatureRunner(SignatureRunner):
                 release()
             self.sessions[name] = ort.InferenceSession(str(self.graphs[name]), session_options(self.threads),
                                                        providers=["CPUExecutionProvider"])
+            self.described[name] = _describe(self.sessions[name])
         return self.sessions[name]
 
     def signatures(self) -> list[str]:
@@ -82,8 +83,16 @@ class OnnxSignatureRunner(SignatureRunner):
         return {role_of(n): v for n, v in zip(names, session.run(names, args))}
 
     def io(self) -> dict[str, dict]:
-        describe = lambda m, role=None: tensor(m.name, [d if isinstance(d, int) else -1 for d in m.shape],  # noqa: E731
-                                               _ORT_DTYPES[m.type], role)
-        return {name: {"inputs": [describe(i) for i in s.get_inputs()],
-                       "outputs": [describe(o, role_of(o.name)) for o in s.get_outputs()]}
-                for name, s in ((n, self.session(n)) for n in self.signatures())}
+        """Each signature's inputs and outputs, read when its session was built (with :attr:`one_session`,
+        listing them builds only the sessions not built yet, one at a time)."""
+        for name in self.signatures():
+            if name not in self.described:
+                self.session(name)
+        return {name: self.described[name] for name in self.signatures()}
+
+
+def _describe(session) -> dict:
+    describe = lambda m, role=None: tensor(m.name, [d if isinstance(d, int) else -1 for d in m.shape],  # noqa: E731
+                                           _ORT_DTYPES[m.type], role)
+    return {"inputs": [describe(i) for i in session.get_inputs()],
+            "outputs": [describe(o, role_of(o.name)) for o in session.get_outputs()]}
