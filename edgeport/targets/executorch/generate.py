@@ -19,7 +19,7 @@ from pathlib import Path
 
 from edgeport.targets.executorch._base import Converted, GenerativeJob, GenerativeSupport, capture_mode
 from edgeport.targets.executorch.delegation import summary
-from edgeport.targets.executorch.lower import cpu_tracing, lower, save
+from edgeport.targets.executorch.lower import cpu_tracing, lower, named_data_on_disk, save
 from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
 
 
@@ -30,10 +30,11 @@ def artifact_path(out_dir: Path, variant: str) -> Path:
 def convert(job: GenerativeJob) -> Converted:
     programs = job.programs if job.variant == "fp32" else {n: dynamic_int8(p, job.samples[n]) for n, p in job.programs.items()}
     path = artifact_path(job.out_dir, job.variant)
-    edge = lower(programs)
-    details = {"delegation": summary(edge), "methods": list(programs),
-               "kv_cache": "explicit input/output state (each method returns the updated cache)"}
-    save(edge, path)
+    with named_data_on_disk(job.out_dir):
+        edge = lower(programs)
+        details = {"delegation": summary(edge), "methods": list(programs),
+                   "kv_cache": "explicit input/output state (each method returns the updated cache)"}
+        save(edge, path)
     return Converted(path, details)
 
 

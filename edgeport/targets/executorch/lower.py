@@ -64,7 +64,9 @@ def edge_program(programs: dict, io: dict | None = None):
     constants = {IO_METHOD: json.dumps(io)} if io is not None else None
     with torch.no_grad(), warnings.catch_warnings(), cpu_tracing():
         warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
-        return to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], constant_methods=constants)
+        edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], constant_methods=constants)
+    forget_lowered_graphs()
+    return edge
 
 
 def lower(programs: dict):
@@ -84,3 +86,65 @@ def save(edge, path: Path) -> None:
         program = edge.to_executorch()
         with open(path, "wb") as f:
             program.write_to_file(f)
+    del program
+    forget_lowered_graphs()
+
+
+@contextlib.contextmanager
+def named_data_on_disk(folder: Path):
+    """While lowering and saving, the delegates' serialized weights go to files in a temporary folder under
+    ``folder`` instead of memory. XNNPACK copies every delegated weight into its partition's named data as
+    ``bytes``, and each method is lowered apart: the prefill and decode methods each held all the weights
+    (2x beside the programs, until ``to_executorch`` merged the stores). Here each blob is written once
+    (blobs with the same sha256 share one file) and kept as ExecuTorch's own ``FileBackedData``, which the
+    ``.pte`` writer streams from disk: the artifact is byte-identical. The folder goes on exit."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from executorch.exir._serialize._cord import FileBackedData
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+
+    original, files = NamedDataStore._add_named_data_to_map, {}
+    spill = Path(tempfile.mkdtemp(prefix=".named_data_", dir=folder))
+
+    def add(self, key, data, *args, **kwargs):
+        if isinstance(data, bytes) and len(data) >= SPILL_MIN_BYTES:
+            digest = hashlib.sha256(data).digest()
+            if digest not in files:
+                target = spill / f"{len(files)}.bin"
+                target.write_bytes(data)
+                files[digest] = FileBackedData(str(target), sha256=digest)
+            data = files[digest]
+        return original(self, key, data, *args, **kwargs)
+
+    NamedDataStore._add_named_data_to_map = add
+    try:
+        yield
+    finally:
+        NamedDataStore._add_named_data_to_map = original
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+# named data blobs below this stay in memory (scales, biases, norms: thousands of small files otherwise)
+SPILL_MIN_BYTES = 1 << 20
+
+
+def forget_lowered_graphs() -> None:
+    """Drop the references the lowering leaves in module-level state, which kept every lowered graph (and
+    its delegates' serialized weights: 2x the weights at Qwen3-0.6B) alive after the ``.pte`` was written,
+    through every judge: XNNPACK's partitioner configs each keep a ``WhyNoPartition`` holding the last node
+    it rejected (node -> graph -> graph module -> lowered modules), ``is_same_node``'s unbounded
+    ``lru_cache`` keeps every node pair it compared, and torch's fake-tensor dispatch cache keys hold the
+    ``executorch_call_delegate`` arguments (the lowered modules themselves)."""
+    import sys
+
+    from executorch.exir.backend.utils import is_same_node
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    FakeTensorMode.cache_clear()
+    is_same_node.cache_clear()
+    for name, module in list(sys.modules.items()):
+        why = getattr(module, "why", None) if name.startswith("executorch.backends.") else None
+        if why is not None and type(why).__name__ == "WhyNoPartition":
+            why.node = None
