@@ -110,7 +110,7 @@ def stub_export_hf(monkeypatch):
     from edgeport.core import memory
     from edgeport.targets.litert import hf_lowering
 
-    monkeypatch.setattr(memory, "in_child", lambda fn, *args: fn(*args))
+    monkeypatch.setattr(memory, "in_child", lambda fn, *args, idle=(): fn(*args))
 
     calls = []
 
@@ -134,7 +134,7 @@ def job_for(tmp_path: Path, choice: str | None, cache_slots: int = 32, tokenizer
     cache = [{"name": "cache_k_0", "kind": "key", "layer": 0, "shape": [1, 2, cache_slots, 16]}]
     layout = {"model": f"hf:{model}", "prefill_lens": [8], "cache_len": 32, "cache": cache}
     return SimpleNamespace(options={"litert_lowering": choice} if choice else {}, layout=layout, out_dir=tmp_path,
-                           progress=lambda step: None)
+                           programs={}, progress=lambda step: None)
 
 
 def own_lowering(job, dst: Path) -> None:

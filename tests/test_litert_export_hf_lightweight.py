@@ -40,7 +40,7 @@ def test_export_hf_runs_in_a_child_process(monkeypatch, tmp_path):
     from edgeport.core import memory
 
     calls = []
-    monkeypatch.setattr(memory, "in_child", lambda fn, *args: calls.append((fn, args)))
+    monkeypatch.setattr(memory, "in_child", lambda fn, *args, idle=(): calls.append((fn, args, list(idle))))
     job = SimpleNamespace(layout={"model": f"hf:{tmp_path}", "prefill_lens": [8], "cache_len": 16}, options={},
                           out_dir=tmp_path, programs={}, progress=lambda step: None)
     (tmp_path / "config.json").write_text("{}")

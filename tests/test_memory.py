@@ -38,9 +38,9 @@ def test_estimate_with_workers_adds_each_workers_program():
 
 
 def test_text_generation_estimates_with_the_generation_factors():
-    """A text-generation row holds the model, its signature programs and the reference beside the converter
-    (4-6x the weights measured at 0.6B, bench/LARGE_GENERATION.md): its estimate uses that factor, so a 1B
-    model is refused up front instead of being killed by the OOM killer halfway."""
+    """A text-generation row holds its signature programs and the reference beside the converter, measured
+    apart from a forward row (bench/LARGE_GENERATION.md: 2.0-4.4x the weights at 0.6B): its estimate uses that
+    factor, so a 1B model is refused up front instead of being killed by the OOM killer halfway."""
     a = SimpleNamespace(name="a", memory_factor=1.5, disk_factor=1.0, generation_memory_factor=4.6)
     forward, generative = memory.estimate(W, [(a, "fp32")]), memory.estimate(W, [(a, "fp32")], generative=True)
     assert forward.factor == 1.5 and generative.factor == 4.6
@@ -48,7 +48,7 @@ def test_text_generation_estimates_with_the_generation_factors():
     for target in all_targets():
         if target.generative is not None:
             assert target.generation_memory_factor is not None, target.name
-            assert target.generation_memory_factor >= target.memory_factor, target.name
+            assert 1.0 < target.generation_memory_factor < 10, target.name   # a measured ratio, not a default
 
 
 def test_a_text_generation_run_is_refused_on_its_generation_estimate(tmp_path):
