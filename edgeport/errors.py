@@ -5,6 +5,16 @@ class UsageError(Exception):
     """Bad usage or bad input: the CLI prints the message as one line and exits 2."""
 
 
+class Terminated(BaseException):
+    """The process was asked to stop (SIGTERM: a cancelled or timed-out CI job). Not an ``Exception`` nor a
+    ``SystemExit``, so no handler of a model's own failures reports it as bad input: it unwinds to the CLI,
+    and the run's staging directory is removed on the way (``pipeline.run.convert``)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.exit_code = 128 + signum
+
+
 class ExportFailed(Exception):
     """torch.export refused the model: every target fails with this message (exit 1)."""
 

@@ -221,3 +221,24 @@ def test_read_only_parent_is_refused_before_any_work(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"is not a writable directory"):
         api.convert(opts)
     assert list(parent.iterdir()) == []
+
+
+def test_a_terminated_run_removes_its_staging_directory(tmp_path):
+    """SIGTERM (a cancelled CI job) mid-run: exit 143 and no staging directory left beside --out (a 1B model's
+    staging is gigabytes); nothing else in the parent touched."""
+    import signal
+    import time
+
+    project = _project(tmp_path)
+    model = write_model_file(project, "import time\n\ndef build():\n    time.sleep(60)\n    return nn.Linear(4, 2).eval(), (torch.randn(1, 4),)\n",
+                             name="slow.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "edgeport", "convert", f"{model}:build", "--out", str(tmp_path / "out"), *FAST],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".out.staging-*")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert list(tmp_path.glob(".out.staging-*")), "the run never made its staging directory"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["project"]

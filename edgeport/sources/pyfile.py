@@ -58,7 +58,7 @@ def import_file(path_text: str, what: str = "model file"):
         return _exec_as(name, path.resolve())
     except UsageError:
         raise
-    except BaseException as exc:  # SystemExit from an unguarded script counts too
+    except (Exception, SystemExit) as exc:  # SystemExit from an unguarded script counts too
         raise UsageError(f"importing {path_text} raised {first_line(exc)}") from exc
 
 
@@ -109,5 +109,5 @@ def import_module(name: str):
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         raise UsageError(f"no module named {exc.name!r} (from MODEL {name!r})") from exc
-    except BaseException as exc:
+    except (Exception, SystemExit) as exc:
         raise UsageError(f"importing {name} raised {first_line(exc)}") from exc
