@@ -19,7 +19,7 @@ signatures. Measured there: decode as fast as XNNPACK's (memory-bound either way
 says which kernels judged it (``runtime_kernels``), so the latency it reports is read as what it is; an
 app that runs the file with XNNPACK pays XNNPACK's memory for XNNPACK's prefill. The dequantized copies
 are made at a signature's first call, one per signature; judging keeps one signature's Interpreter at a
-time (:class:`OneSignatureAtATime`), so the 2x is 1x (a switch re-dequantizes: about a second at 1B).
+time (:class:`OneSignatureAtATime`), so the 2x is 1x (a switch dequantizes that signature again).
 
 Both apply above ``MEMORY_RUNTIMES_ABOVE`` bytes of fp32-equivalent weights (the threshold at which the
 conversion goes lightweight too), where XNNPACK's copies are gigabytes: a smaller model is judged as an app
