@@ -4,10 +4,11 @@ onnxruntime's CPU provider: ``intra_op_num_threads`` = threads, one inter-op thr
 
 Each session pre-packs its own copy of the MatMul weights (onnxruntime's Python API has no shared pre-packed
 container), so two live sessions hold the weights twice: judging Qwen3-0.6B (2.38 GB fp32) peaked at 2.55x
-its weights with both, 1.62x with one (bench/LARGE_GENERATION.md, sixth session). Over ``ONE_SESSION_ABOVE`` bytes of graphs and weights, the
-runner keeps one signature's session at a time: switching signatures drops the other session and builds
-this one (seconds at 1B; a greedy generation switches twice per prompt, and latency is timed on warm
-sessions). Smaller artifacts keep every session, as an app would."""
+its weights with both, 1.62x with one (bench/LARGE_GENERATION.md, sixth session). Over
+``ONE_SESSION_ABOVE`` bytes of graphs and weights, the runner keeps one signature's session at a time:
+switching signatures drops the other session and builds this one (about 5 s at 0.6B; a greedy generation
+switches twice per prompt, and latency is timed on warm sessions). Smaller artifacts keep every session,
+as an app would."""
 
 from __future__ import annotations
 
