@@ -56,3 +56,53 @@ def test_named_data_lives_in_files_while_lowering_and_nothing_stays_after_save(t
     assert (tmp_path / "spilled.pte").read_bytes() == (tmp_path / "in_memory.pte").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.pte", "spilled.pte"]   # the spill folder went
     assert lowered_alive() == 0   # before: the last lowering's graphs, with their weights, stayed reachable
+
+
+class TiedHead(torch.nn.Module):
+    """A head tied to the embedding (Qwen3, Llama-3.2, Gemma): the table is read by the gather XNNPACK leaves
+    outside its partitions and by the linear inside one, so ExecuTorch duplicates it for the partition."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.up = torch.nn.Embedding(512, 64), torch.nn.Linear(64, 64)
+        self.head = torch.nn.Linear(64, 512, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.up(self.embed(ids))))
+
+
+def test_lowering_shares_the_programs_weights_and_writes_the_same_pte(tmp_path, monkeypatch):
+    """The partitions XNNPACK preprocesses read the programs' own weight storage (before: a deep copy of every
+    partition's program for every method at once, and of the tied table per method), and the ``.pte`` is
+    byte-identical to ExecuTorch's own copying lowering."""
+    import contextlib
+
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+
+    from edgeport.targets.executorch import lower as L
+
+    model = TiedHead().eval()
+    programs = {name: torch.export.export(model, (torch.randint(0, 512, (1, n)),)) for name, n in (("prefill_4", 4), ("decode", 1))}
+    weights = {t.untyped_storage().data_ptr() for p in programs.values() for t in p.state_dict.values()}
+    read, preprocess = [], XnnpackBackend.preprocess
+
+    def recording(program, specs):
+        read.append({t.untyped_storage().data_ptr() for t in program.state_dict.values()})
+        return preprocess(program, specs)
+
+    monkeypatch.setattr(XnnpackBackend, "preprocess", staticmethod(recording))
+    L.save(L.lower(programs), tmp_path / "shared.pte")
+    shared, read[:] = list(read), []
+    monkeypatch.setattr(L, "weights_not_copied", contextlib.nullcontext)
+    L.save(L.lower(programs), tmp_path / "copied.pte")
+    assert shared and all(ptrs and ptrs <= weights for ptrs in shared)
+    assert any(not ptrs <= weights for ptrs in read)   # ExecuTorch's own lowering preprocesses copies
+    assert (tmp_path / "shared.pte").read_bytes() == (tmp_path / "copied.pte").read_bytes()
+    import copy
+
+    from executorch.exir.backend.canonical_partitioners import duplicate_constant_node_pass
+
+    assert "copy_exported_program_for_preprocess" not in XnnpackBackend.__dict__   # ExecuTorch's own, restored
+    assert duplicate_constant_node_pass.copy is copy

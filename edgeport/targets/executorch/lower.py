@@ -62,7 +62,7 @@ def edge_program(programs: dict, io: dict | None = None):
     from executorch.exir import to_edge_transform_and_lower
 
     constants = {IO_METHOD: json.dumps(io)} if io is not None else None
-    with torch.no_grad(), warnings.catch_warnings(), cpu_tracing():
+    with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied():
         warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
         edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], constant_methods=constants)
     forget_lowered_graphs()
@@ -88,6 +88,54 @@ def save(edge, path: Path) -> None:
             program.write_to_file(f)
     del program
     forget_lowered_graphs()
+
+
+@contextlib.contextmanager
+def weights_not_copied():
+    """While lowering, the copies ExecuTorch makes of a program share its weight tensors instead of cloning
+    them. ``to_backend`` deep-copies every partition's program, weights included, for every method at once
+    before XNNPACK's preprocess reads them ("in case backends change graph inside preprocess": the graph,
+    not the weights; no XNNPACK pass writes a weight in place), and ``duplicate_constant_node`` deep-copies a
+    constant that a partition shares with a node outside it (a head tied to the embedding: the whole table,
+    once per method). Probe on qwen3-small (0.37 GB of weights): +0.73 GB for the partition copies of its two
+    methods and +0.15 GB per method for the table, at the lowering's peak. The graph and its metadata are
+    still copied; a tensor is the same tensor in both copies (bench/LARGE_GENERATION.md, seventh session)."""
+    import copy
+
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir.backend.canonical_partitioners import duplicate_constant_node_pass as duplicates
+
+    def isolated(cls, edge_program, compile_specs):
+        tensors = (*edge_program.state_dict.values(), *edge_program.constants.values())
+        return copy.deepcopy(edge_program, {id(t): t for t in tensors})
+
+    saved = XnnpackBackend.__dict__.get("copy_exported_program_for_preprocess"), duplicates.copy
+    XnnpackBackend.copy_exported_program_for_preprocess = classmethod(isolated)
+    duplicates.copy = _SharingTensors()
+    try:
+        yield
+    finally:
+        if saved[0] is None:
+            del XnnpackBackend.copy_exported_program_for_preprocess
+        else:
+            XnnpackBackend.copy_exported_program_for_preprocess = saved[0]
+        duplicates.copy = saved[1]
+
+
+class _SharingTensors:
+    """The ``copy`` module as ``duplicate_constant_node`` uses it, but ``deepcopy`` of a tensor is a new tensor
+    over the same storage (a parameter stays a parameter): see :func:`weights_not_copied`."""
+
+    @staticmethod
+    def deepcopy(value, memo=None):
+        import copy
+
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            return copy.deepcopy(value, memo)
+        alias = value.detach()
+        return torch.nn.Parameter(alias, value.requires_grad) if isinstance(value, torch.nn.Parameter) else alias
 
 
 @contextlib.contextmanager
