@@ -56,3 +56,34 @@ def test_named_data_lives_in_files_while_lowering_and_nothing_stays_after_save(t
     assert (tmp_path / "spilled.pte").read_bytes() == (tmp_path / "in_memory.pte").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.pte", "spilled.pte"]   # the spill folder went
     assert lowered_alive() == 0   # before: the last lowering's graphs, with their weights, stayed reachable
+
+
+def test_a_large_pte_is_judged_one_method_at_a_time_with_the_same_outputs(tmp_path, monkeypatch):
+    """XNNPACK packs each loaded method's own copy of the weights, and ``Program.load_method`` keeps every method
+    it loads: over ONE_AT_A_TIME_ABOVE the generative runner keeps one method alive at a time (the last one is
+    released before the next loads), with the same outputs, and the row says so; below it both stay."""
+    import weakref
+
+    import numpy as np
+
+    from edgeport.targets import signature
+    from edgeport.targets.executorch import lower as L
+    from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
+
+    L.save(L.lower(two_methods()), tmp_path / "two.pte")
+    feeds = {"prefill_4": {"x": np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32)},
+             "decode": {"x": np.random.default_rng(1).standard_normal((1, 64), dtype=np.float32)}}
+    kept = ExecuTorchSignatureRunner(tmp_path / "two.pte", 1)
+    expected = {name: kept.run(name, feeds[name])["output_0"] for name in feeds}
+    assert sorted(kept.loaded.method.live) == ["decode", "prefill_4"] and kept.details() == {}
+
+    monkeypatch.setattr(signature, "ONE_AT_A_TIME_ABOVE", 1000)   # the .pte holds 66 KiB of weights
+    lean = ExecuTorchSignatureRunner(tmp_path / "two.pte", 1)
+    assert "one method" in lean.details()["runtime_sessions"]
+    dropped = []
+    for name in ("prefill_4", "decode", "prefill_4", "decode"):
+        np.testing.assert_array_equal(lean.run(name, feeds[name])["output_0"], expected[name])
+        assert list(lean.loaded.method.live) == [name]
+        assert all(m is None for m in lean.loaded.program._methods.values())   # the Program caches none
+        assert all(ref() is None for ref in dropped)   # every earlier Method (and its packed weights) is gone
+        dropped.append(weakref.ref(lean.loaded.method.live[name]))
