@@ -53,7 +53,7 @@ class OnnxSignatureRunner(SignatureRunner):
 
     def __init__(self, path: Path, threads: int):
         super().__init__(path, threads)
-        self.path, self.graphs = Path(path), {g.stem: g for g in sorted(Path(path).glob("*.onnx"))}
+        self.graphs = {g.stem: g for g in sorted(Path(path).glob("*.onnx"))}
         if not self.graphs:
             raise FileNotFoundError(f"no .onnx graphs in {path}")
         self.one_session = one_session(path)
@@ -83,7 +83,7 @@ class OnnxSignatureRunner(SignatureRunner):
         return {role_of(n): v for n, v in zip(names, session.run(names, args))}
 
     def details(self) -> dict:
-        return judged_on(self.path)
+        return {"runtime_sessions": ONE_SESSION} if self.one_session else {}
 
     def io(self) -> dict[str, dict]:
         """Each signature's inputs and outputs, read when its session was built (with :attr:`one_session`,
