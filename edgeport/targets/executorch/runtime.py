@@ -11,11 +11,12 @@ place (a KV cache) writes back into what it was given, and callers reuse their a
 Memory: XNNPACK packs a method's weights when the method is loaded, into that method's delegates (the
 runtime's shared weight cache is not reachable from Python), so a generative ``.pte`` with prefill and
 decode loaded holds the weights packed twice beside the mapped file: judging Qwen3-0.6B (2.38 GB fp32)
-peaked at 3.00x its weights (bench/LARGE_GENERATION.md). ``Program.load_method`` caches every method it
-loads for the program's life, so :class:`Loaded` takes each method out of that cache and keeps it itself
+peaked at 3.00x its weights. ``Program.load_method`` caches every method it loads for the program's life,
+so :class:`Loaded` takes each method out of that cache and keeps it itself
 (:class:`~edgeport.targets.signature.PerSignature`): above ``ONE_AT_A_TIME_ABOVE`` bytes of ``.pte``, one
 method at a time (loading another drops the last one, and its packed weights, first; the row says so in
-``runtime_sessions``); below it, every method, as an app keeps them.
+``runtime_sessions``): 2.12x, a switch about 2 s at 0.6B (bench/LARGE_GENERATION.md, seventh session).
+Below it, every method stays, as an app keeps them.
 """
 
 from __future__ import annotations
