@@ -78,8 +78,10 @@ def test_lowering_shares_the_programs_weights_and_writes_the_same_pte(tmp_path, 
     partition's program for every method at once, and of the tied table per method), and the ``.pte`` is
     byte-identical to ExecuTorch's own copying lowering."""
     import contextlib
+    import copy
 
     from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir.backend.canonical_partitioners import duplicate_constant_node_pass
 
     from edgeport.targets.executorch import lower as L
 
@@ -100,9 +102,36 @@ def test_lowering_shares_the_programs_weights_and_writes_the_same_pte(tmp_path, 
     assert shared and all(ptrs and ptrs <= weights for ptrs in shared)
     assert any(not ptrs <= weights for ptrs in read)   # ExecuTorch's own lowering preprocesses copies
     assert (tmp_path / "shared.pte").read_bytes() == (tmp_path / "copied.pte").read_bytes()
-    import copy
-
-    from executorch.exir.backend.canonical_partitioners import duplicate_constant_node_pass
-
     assert "copy_exported_program_for_preprocess" not in XnnpackBackend.__dict__   # ExecuTorch's own, restored
     assert duplicate_constant_node_pass.copy is copy
+
+
+def test_a_large_pte_is_judged_one_method_at_a_time_with_the_same_outputs(tmp_path, monkeypatch):
+    """XNNPACK packs each loaded method's own copy of the weights, and ``Program.load_method`` keeps every method
+    it loads: over ONE_AT_A_TIME_ABOVE the generative runner keeps one method alive at a time (the last one is
+    released before the next loads), with the same outputs, and the row says so; below it both stay."""
+    import weakref
+
+    import numpy as np
+
+    from edgeport.targets import signature
+    from edgeport.targets.executorch import lower as L
+    from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
+
+    L.save(L.lower(two_methods()), tmp_path / "two.pte")
+    feeds = {"prefill_4": {"x": np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32)},
+             "decode": {"x": np.random.default_rng(1).standard_normal((1, 64), dtype=np.float32)}}
+    kept = ExecuTorchSignatureRunner(tmp_path / "two.pte", 1)
+    expected = {name: kept.run(name, feeds[name])["output_0"] for name in feeds}
+    assert sorted(kept.loaded.method.live) == ["decode", "prefill_4"] and kept.details() == {}
+
+    monkeypatch.setattr(signature, "ONE_AT_A_TIME_ABOVE", 1000)   # the .pte holds 66 KiB of weights
+    lean = ExecuTorchSignatureRunner(tmp_path / "two.pte", 1)
+    assert "one method" in lean.details()["runtime_sessions"]
+    dropped = []
+    for name in ("prefill_4", "decode", "prefill_4", "decode"):
+        np.testing.assert_array_equal(lean.run(name, feeds[name])["output_0"], expected[name])
+        assert list(lean.loaded.method.live) == [name]
+        assert all(m is None for m in lean.loaded.program._methods.values())   # the Program caches none
+        assert all(ref() is None for ref in dropped)   # every earlier Method (and its packed weights) is gone
+        dropped.append(weakref.ref(lean.loaded.method.live[name]))

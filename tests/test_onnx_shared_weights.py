@@ -172,6 +172,7 @@ def test_a_large_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp
     monkeypatch.setattr(signatures, "ONE_SESSION_ABOVE", 1000)   # the artifact holds 16 KiB of weights
     lean = OnnxSignatureRunner(tmp_path, 1)
     assert lean.sessions == {} and "one signature's" in judged_on(tmp_path)["runtime_sessions"]
+    assert lean.details() == judged_on(tmp_path) and kept.details() == {}   # what the judge adds to the row
     for name in ("prefill_4", "decode", "prefill_4"):
         np.testing.assert_array_equal(lean.run(name, {"x": x})["y"], expected[name])
         assert list(lean.sessions) == [name]

@@ -11,5 +11,5 @@ from edgeport.targets.base import (  # noqa: F401
     ConvertJob, Converted, FallbackSupport, GenerativeJob, GenerativeSupport, Target, TargetOption,
 )
 from edgeport.targets.runner import BaseRunner  # noqa: F401
-from edgeport.targets.signature import SignatureRunner, cast_to, tensor  # noqa: F401
+from edgeport.targets.signature import PerSignature, SignatureRunner, cast_to, one_at_a_time, tensor  # noqa: F401
 from edgeport.validate.sections import ReportSection  # noqa: F401

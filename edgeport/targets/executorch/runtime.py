@@ -7,6 +7,16 @@ counts (``--threads auto``) can live side by side. The portable kernels are sing
 count. The runtime's C++ logs (``cpuinfo_utils.cpp``, ``threadpool.cpp``) go to fd 2, which the pipeline
 redirects into the row's log. Inputs are copied into fresh tensors: a method that updates an input in
 place (a KV cache) writes back into what it was given, and callers reuse their arrays.
+
+Memory: XNNPACK packs a method's weights when the method is loaded, into that method's delegates (the
+runtime's shared weight cache is not reachable from Python), so a generative ``.pte`` with prefill and
+decode loaded holds the weights packed twice beside the mapped file: judging Qwen3-0.6B (2.38 GB fp32)
+peaked at 3.00x its weights. ``Program.load_method`` caches every method it loads for the program's life,
+so :class:`Loaded` takes each method out of that cache and keeps it itself
+(:class:`~edgeport.targets.signature.PerSignature`): above ``ONE_AT_A_TIME_ABOVE`` bytes of ``.pte``, one
+method at a time (loading another drops the last one, and its packed weights, first; the row says so in
+``runtime_sessions``): 2.12x, a switch about 2 s at 0.6B (bench/LARGE_GENERATION.md, seventh session).
+Below it, every method stays, as an app keeps them.
 """
 
 from __future__ import annotations
@@ -17,16 +27,20 @@ from typing import Sequence
 import numpy as np
 
 from edgeport.errors import load_json
-from edgeport.targets.executorch._base import BaseRunner, SignatureRunner, cast_to, first_line, tensor
+from edgeport.targets.executorch._base import (BaseRunner, PerSignature, SignatureRunner, cast_to, first_line,
+                                              one_at_a_time, tensor)
 from edgeport.targets.executorch.lower import IO_METHOD
 
 # c10::ScalarType codes the runtime reports (TensorInfo.dtype()) -> numpy
 DTYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
           7: np.float64, 11: np.bool_}
+ONE_METHOD = ("one method of the .pte loaded at a time: XNNPACK packs each loaded method's own copy of the "
+              "weights (bench/LARGE_GENERATION.md)")
 
 
 class Loaded:
-    """One ``.pte`` loaded once, its methods loaded on first use, its I/O names read from the file."""
+    """One ``.pte`` loaded once, its methods loaded on first use (one at a time above ``ONE_AT_A_TIME_ABOVE``
+    bytes: :attr:`one_method`, see the module docstring), its I/O names read from the file."""
 
     def __init__(self, path: Path, threads: int):
         import warnings
@@ -38,8 +52,19 @@ class Loaded:
             self.program = Runtime.get().load_program(str(path))
         self.threads = max(1, int(threads))
         names = self.program.method_names
-        self.io = load_json(self.program.load_method(IO_METHOD).execute([])[0]) if IO_METHOD in names else {}
+        self.io = load_json(self._load(IO_METHOD).execute([])[0]) if IO_METHOD in names else {}
         self.methods = sorted(names - {IO_METHOD})
+        self.one_method = one_at_a_time(path)
+        self.method = PerSignature(self._load, self.one_method)
+
+    def _load(self, name: str):
+        """``name`` loaded, and taken out of the Program's cache (which would keep it, and its packed weights,
+        as long as the program): whoever holds the returned Method decides how long it lives."""
+        method = self.program.load_method(name)
+        cache = getattr(self.program, "_methods", None)   # executorch.runtime.Program's private cache
+        if cache is not None and cache.get(name) is method:
+            cache[name] = None
+        return method
 
     def call(self, method: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run ``method`` on arrays cast to its declared dtypes; only its user outputs (a method that
@@ -53,7 +78,7 @@ class Loaded:
         meta = self.program.metadata(method)
         feeds = [torch.from_numpy(cast_to(a, DTYPES[meta.input_tensor_meta(i).dtype()], meta.input_tensor_meta(i).sizes()).copy())
                  for i, a in enumerate(arrays)]
-        outputs = self.program.load_method(method).execute(feeds)
+        outputs = self.method(method).execute(feeds)
         wanted = len(self.io.get(method, {}).get("outputs", outputs))
         return [o.detach().numpy().copy() if hasattr(o, "numpy") else np.asarray(o) for o in outputs[len(outputs) - wanted:]]
 
@@ -123,6 +148,9 @@ class ExecuTorchSignatureRunner(SignatureRunner):
         names = self.loaded.io[name]
         outputs = self.loaded.call(name, [feeds[k] for k in names["inputs"]])
         return dict(zip(names["outputs"], outputs))
+
+    def details(self) -> dict:
+        return {"runtime_sessions": ONE_METHOD} if self.loaded.one_method else {}
 
     def io(self) -> dict[str, dict]:
         described = {name: self.loaded.describe(name) for name in self.signatures()}

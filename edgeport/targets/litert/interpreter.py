@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.targets.litert import LIGHTWEIGHT_ABOVE
+from edgeport.targets.signature import PerSignature
 
 MEMORY_RUNTIMES_ABOVE = LIGHTWEIGHT_ABOVE
 BUILTIN = ("TFLite builtin kernels (XNNPACK off): XNNPACK holds the dequantized and the packed fp32 "
@@ -110,15 +111,28 @@ def interpreter(path: Path, threads: int):
 
 
 class OneSignatureAtATime:
-    """Interpreters from ``make``, one signature's alive at a time: calling another signature drops the
-    Interpreter that ran the last one (and the weights it dequantized) and builds a fresh one. Tensor details
-    come from an Interpreter that never runs (it dequantizes nothing)."""
+    """Interpreters from ``make``, one signature's alive at a time (:class:`PerSignature`): calling another
+    signature drops the Interpreter that ran the last one (and the weights it dequantized) and builds a fresh
+    one. Tensor details come from an Interpreter that never runs (it dequantizes nothing)."""
 
     runner_name = "interpreter (builtin kernels, one signature at a time)"
 
     def __init__(self, make):
         self.make, self.details = make, make()
-        self.live = self.live_interpreter = self.live_runner = None   # the signature that ran last, and its
+        self.running = PerSignature(self._build, one=True)   # name -> (its Interpreter, its signature runner)
+
+    def _build(self, name: str) -> tuple:
+        interpreter = self.make()
+        return interpreter, interpreter.get_signature_runner(name)
+
+    @property
+    def live(self) -> str | None:
+        """The signature that ran last (the only one whose Interpreter is alive)."""
+        return next(iter(self.running.live), None)
+
+    @property
+    def live_interpreter(self):
+        return self.running.live[self.live][0] if self.live else None
 
     def get_signature_list(self) -> dict:
         return self.details.get_signature_list()
@@ -127,14 +141,7 @@ class OneSignatureAtATime:
         return _Switching(self, name, self.details.get_signature_runner(name))
 
     def call(self, name: str, feeds: dict) -> dict:
-        if self.live != name:
-            from edgeport.core.memory import release
-
-            self.live = self.live_interpreter = self.live_runner = None
-            release()
-            self.live_interpreter = self.make()
-            self.live_runner, self.live = self.live_interpreter.get_signature_runner(name), name
-        return self.live_runner(**feeds)
+        return self.running(name)[1](**feeds)
 
 
 class _Switching:

@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
-from edgeport.targets.onnx.signatures import OnnxSignatureRunner, judged_on, output_name
+from edgeport.targets.onnx.signatures import OnnxSignatureRunner, output_name
 
 
 def artifact_dir(out_dir: Path, variant: str) -> Path:
@@ -41,14 +41,14 @@ def convert(job: GenerativeJob) -> Converted:
         shared = share_weights([fp32 / f"{n}.onnx" for n in job.programs])
     if job.variant == "fp32":
         return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs},
-                                "shared_weights": shared, **judged_on(fp32)})
+                                "shared_weights": shared})
     out = artifact_dir(job.out_dir, job.variant)
     out.mkdir(parents=True, exist_ok=True)
     for name in job.programs:
         QUANTIZERS[job.variant](fp32 / f"{name}.onnx", out / f"{name}.onnx", job)
     shared = share_weights([out / f"{n}.onnx" for n in job.programs])
     return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in job.programs},
-                           "int8_kernels": int8_kernels(job), "shared_weights": shared, **judged_on(out)})
+                           "int8_kernels": int8_kernels(job), "shared_weights": shared})
 
 
 def _export(program, sample: dict, path: Path) -> None:

@@ -5,9 +5,11 @@ onnxruntime's CPU provider: ``intra_op_num_threads`` = threads, one inter-op thr
 Each session pre-packs its own copy of the MatMul weights (onnxruntime's Python API has no shared pre-packed
 container), so two live sessions hold the weights twice: judging Qwen3-0.6B (2.38 GB fp32) peaked at 2.55x
 its weights with both, 1.62x with one (bench/LARGE_GENERATION.md, sixth session). Over
-``ONE_SESSION_ABOVE`` bytes of graphs and weights, the runner keeps one signature's session at a time:
-switching signatures drops the other session and builds this one (about 5 s at 0.6B; a greedy generation
-switches twice per prompt, and latency is timed on warm sessions). Smaller artifacts keep every session,
+``ONE_SESSION_ABOVE`` bytes of graphs and weights, the runner keeps one signature's session at a time
+(:class:`~edgeport.targets.signature.PerSignature`, as ExecuTorch's methods and LiteRT's builtin-kernel
+Interpreters): switching signatures drops the other session and builds this one (about 5 s at 0.6B; a
+greedy generation switches twice per prompt, and latency is timed on warm sessions), and the row says so
+(``runtime_sessions``, from :meth:`OnnxSignatureRunner.details`). Smaller artifacts keep every session,
 as an app would."""
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.targets.onnx.runtime import _ORT_DTYPES
-from edgeport.targets.signature import SignatureRunner, cast_to, tensor
+from edgeport.targets.signature import (ONE_AT_A_TIME_ABOVE, PerSignature, SignatureRunner, cast_to, one_at_a_time,
+                                       tensor)
 
 PRESENT = "present_"
-ONE_SESSION_ABOVE = 1 << 30   # bytes of an artifact (graphs + weights) judged one session at a time (see above)
+ONE_SESSION_ABOVE = ONE_AT_A_TIME_ABOVE   # bytes of an artifact (graphs + weights) judged one session at a time
 ONE_SESSION = ("one signature's onnxruntime session at a time: each session pre-packs its own copy of the "
                "weights (bench/LARGE_GENERATION.md)")
 
@@ -36,7 +39,7 @@ def role_of(name: str) -> str:
 
 def one_session(path: Path) -> bool:
     """The artifact at ``path`` is judged one signature's session at a time (see the module docstring)."""
-    return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file()) > ONE_SESSION_ABOVE
+    return one_at_a_time(path, ONE_SESSION_ABOVE)
 
 
 def judged_on(path: Path) -> dict:
@@ -54,25 +57,21 @@ class OnnxSignatureRunner(SignatureRunner):
         if not self.graphs:
             raise FileNotFoundError(f"no .onnx graphs in {path}")
         self.one_session = one_session(path)
-        self.sessions, self.described = {}, {}
+        self.described = {}
+        self.session = PerSignature(self._build, self.one_session)   # name -> its session, built on first use
+        self.sessions = self.session.live
         for name in ([] if self.one_session else self.graphs):
             self.session(name)
 
-    def session(self, name: str):
-        """``name``'s session, built on first use; with :attr:`one_session`, the only one alive."""
-        if name not in self.sessions:
-            import onnxruntime as ort
+    def _build(self, name: str):
+        import onnxruntime as ort
 
-            from edgeport.core.memory import release
-            from edgeport.targets.onnx.runtime import session_options
+        from edgeport.targets.onnx.runtime import session_options
 
-            if self.one_session and self.sessions:
-                self.sessions.clear()
-                release()
-            self.sessions[name] = ort.InferenceSession(str(self.graphs[name]), session_options(self.threads),
-                                                       providers=["CPUExecutionProvider"])
-            self.described[name] = _describe(self.sessions[name])
-        return self.sessions[name]
+        session = ort.InferenceSession(str(self.graphs[name]), session_options(self.threads),
+                                       providers=["CPUExecutionProvider"])
+        self.described[name] = _describe(session)
+        return session
 
     def signatures(self) -> list[str]:
         return sorted(self.graphs, key=lambda n: (n == "decode", len(n), n))
@@ -82,6 +81,9 @@ class OnnxSignatureRunner(SignatureRunner):
         args = {i.name: cast_to(feeds[i.name], _ORT_DTYPES[i.type]) for i in session.get_inputs()}
         names = [o.name for o in session.get_outputs()]
         return {role_of(n): v for n, v in zip(names, session.run(names, args))}
+
+    def details(self) -> dict:
+        return {"runtime_sessions": ONE_SESSION} if self.one_session else {}
 
     def io(self) -> dict[str, dict]:
         """Each signature's inputs and outputs, read when its session was built (with :attr:`one_session`,

@@ -146,7 +146,7 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
         got = [greedy(runner, layout, prompt, layout.gen_tokens) for prompt in session.prompts]
         tokens, parity = compare_generations(session.reference, got, budget)
         latency, decode = artifact_latency(runner, layout, session.prompts[-1]) if session.judge.latency else (None, None)
-        io = runner.io()
+        io, judged_on = runner.io(), runner.details()
     except Exception as exc:
         return Verdict("failed", f"artifact does not run in its runtime: {first_line(exc)}")
     rss = {"peak_rss_bytes": peak_rss(), "rss_before_load_bytes": before}
@@ -155,4 +155,4 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
     notes = ["--threads auto: generative rows run at all cores (no runner sweep)"] if session.judge.threads == "auto" else []
     error = None if parity["passed"] else f"parity: {parity['message']}"
     return Verdict("ok" if parity["passed"] else "failed", error, parity, latency_ms, None,
-                   {"generation": block, "signatures": io}, notes + parity.get("notes", []))
+                   {"generation": block, "signatures": io, **judged_on}, notes + parity.get("notes", []))
