@@ -84,12 +84,14 @@ class PipeGate:
 
 
 def _child(spec: dict, conn, gate: bool, env: dict) -> None:
+    from edgeport.core.scratch import follow_environment
     from edgeport.diagnostics import first_line
     from edgeport.pipeline.task import run_task, test_crash
     from edgeport.validate import latency
 
     os.environ.clear()  # the driver's environment now, not the fork server's from when it started
     os.environ.update(env)
+    follow_environment()  # and its scratch folder (edgeport.core.scratch)
     test_crash(f"{spec['target']}/{spec['variant']}")
     waiting = PipeGate(conn) if gate else None
     latency.set_gate(waiting)

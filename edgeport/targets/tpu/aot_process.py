@@ -15,9 +15,10 @@ import json
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from edgeport.core.scratch import scratch
 
 # A compile making no progress for this long is killed (a MobileNetV2 compile takes ~1 min per topology
 # on 2 cores).
@@ -29,14 +30,14 @@ def run_compiles(requests: list[dict], serialized: bytes, common: dict, timeout:
     """One result per request (in order): the child's compile row, or ``{"ok": False, "error", "process"}``
     for the compile a child died or hung on (``process`` says how; such an entry is never cached)."""
     results: list = [None] * len(requests)
-    with tempfile.TemporaryDirectory(prefix="edgeport-aot-") as tmp:
-        export = Path(tmp) / "program.jax_export"
+    with scratch("edgeport-aot-") as tmp:  # the run's scratch (edgeport.core.scratch)
+        export = tmp / "program.jax_export"
         export.write_bytes(serialized)
         pending = list(range(len(requests)))
         while pending:
-            paths = {i: Path(tmp) / f"row{i}.json" for i in pending}
+            paths = {i: tmp / f"row{i}.json" for i in pending}
             items = [{**requests[i], "result": str(paths[i])} for i in pending]
-            failure = _run_child(Path(tmp), {**common, "export": str(export), "items": items}, list(paths.values()), timeout)
+            failure = _run_child(tmp, {**common, "export": str(export), "items": items}, list(paths.values()), timeout)
             for i in pending:
                 if paths[i].is_file():
                     results[i] = json.loads(paths[i].read_text())
