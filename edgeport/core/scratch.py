@@ -10,7 +10,9 @@ directory is published, so nothing scratch reaches ``--out`` or its marker.
 
 Libraries write scratch too, through Python's ``tempfile`` (ExecuTorch serializes every program through a
 temporary folder for ``flatc``; torch makes its inductor cache folder) or ``$TMPDIR`` (onnxruntime, child
-processes): during the run both point at the same folder, so theirs is removed with edgeport's own.
+processes): during the run both point at the same folder, so theirs is removed with edgeport's own. The
+one exception is what outlives the run by design (:func:`outside`: multiprocessing's socket folder, which
+Python removes at exit).
 
 Where there is no run (the library called without an output directory, ``validate``, a fleet worker on
 another host) :func:`scratch_dir` falls back to the system temp dir. The root is carried in the
@@ -29,6 +31,7 @@ from pathlib import Path
 ENV = "EDGEPORT_SCRATCH"
 FOLDER = ".scratch"          # inside the run's staging directory
 REDIRECTED = (ENV, "TMPDIR")
+_BEFORE: list = []           # ($TMPDIR, tempfile.tempdir) as they were before each active run_scratch
 
 
 def root() -> Path | None:
@@ -67,18 +70,42 @@ def run_scratch(staging: Path):
     folder.mkdir()
     previous = {key: os.environ.get(key) for key in REDIRECTED}
     previous_tempdir = tempfile.tempdir
+    _BEFORE.append((previous["TMPDIR"], previous_tempdir))
     os.environ.update({key: str(folder) for key in REDIRECTED})
     tempfile.tempdir = str(folder)
     try:
         yield folder
     finally:
+        _BEFORE.pop()
         for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            _set_env(key, value)
         tempfile.tempdir = previous_tempdir
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def outside():
+    """For the block, the temp dir as it was before the run: for the rare thing that must outlive the run's
+    scratch (multiprocessing's folder for its fork server's socket lives as long as the process, and an
+    AF_UNIX path inside a deep ``--out`` would be too long)."""
+    if not _BEFORE:
+        yield
+        return
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    _set_env("TMPDIR", _BEFORE[-1][0])
+    tempfile.tempdir = _BEFORE[-1][1]
+    try:
+        yield
+    finally:
+        _set_env("TMPDIR", saved[0])
+        tempfile.tempdir = saved[1]
+
+
+def _set_env(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
 
 
 def follow_environment() -> None:

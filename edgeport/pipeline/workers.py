@@ -40,6 +40,12 @@ def default_jobs() -> int:
 
 def context():
     """The fork server's context (started on first use, importing :data:`PRELOAD` once)."""
+    from multiprocessing import util
+
+    from edgeport.core.scratch import outside
+
+    with outside():  # its socket's folder lives as long as this process, not in the run's scratch
+        util.get_temp_dir()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
