@@ -92,6 +92,7 @@ class PipeGate:
 def _child(spec: dict, conn, gate: bool, env: dict) -> None:
     from edgeport.core.scratch import follow_environment
     from edgeport.diagnostics import first_line
+    from edgeport.errors import CANCELLED
     from edgeport.pipeline.task import run_task, test_crash
     from edgeport.validate import latency
 
@@ -106,6 +107,8 @@ def _child(spec: dict, conn, gate: bool, env: dict) -> None:
         if waiting is not None and row.get("check_seconds"):  # time spent waiting for the gate is not checking
             row["check_seconds"] = round(max(0.0, row["check_seconds"] - waiting.waited), 3)
         conn.send(("done", row))
+    except CANCELLED:
+        raise  # a cancel is not the row's failure
     except BaseException as exc:  # the row fails; the driver reports it
         conn.send(("error", first_line(exc)))
     finally:

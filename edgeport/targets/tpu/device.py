@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.core.scratch import scratch
+from edgeport.errors import CANCELLED
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 FAKE_DEVICE_ENV = "EDGEPORT_TPU_FAKE_DEVICE"
@@ -169,8 +170,8 @@ def worker_main(argv: list[str]) -> None:
         from edgeport.validate.latency import measure
 
         latency = measure(lambda: call(samples[0]), 1)
-    except SystemExit:
-        raise
+    except (SystemExit, *CANCELLED):
+        raise  # a cancel (Ctrl-C reaches the worker too) is not the engine's failure
     except BaseException as exc:  # one line for the parent's report
         from edgeport.diagnostics import first_line
 
