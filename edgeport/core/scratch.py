@@ -4,7 +4,7 @@ Why not the system temp dir: a ``convert`` is a CI gate that promises to write n
 and its scratch is not small (an XNNPACK weight cache is the size of the weights: gigabytes for a
 1B-class model, RAM on a tmpfs ``/tmp``). A run that fails, or is cancelled (SIGTERM ->
 :class:`edgeport.errors.Terminated`), must not leave it behind. So a run points :func:`run_scratch` at a
-folder inside its staging directory (beside ``--out``, on the disk the pre-flight check measured): the run's
+folder inside its staging directory (beside ``--out``, on the disk the pre-flight check measures): the run's
 cleanup removes it with the staging directory, and :func:`run_scratch` removes it before the staging
 directory is published, so nothing scratch reaches ``--out`` or its marker.
 
@@ -14,8 +14,8 @@ processes): during the run both point at the same folder, so theirs is removed w
 one exception is what outlives the run by design (:func:`outside`: multiprocessing's socket folder, which
 Python removes at exit).
 
-Where there is no run (the library called without an output directory, ``validate``, a fleet worker on
-another host) :func:`scratch_dir` falls back to the system temp dir. The root is carried in the
+Where there is no run (``validate``, ``generate``, ``quantize --sensitivity``, a fleet's Ray workers)
+:func:`scratch_dir` falls back to the system temp dir. The root is carried in the
 environment (:data:`ENV`, and ``TMPDIR``), so the row workers and child processes a run starts inherit
 it; like the run's fd redirection it is per process, one run at a time.
 """
