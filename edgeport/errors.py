@@ -15,6 +15,11 @@ class Terminated(BaseException):
         self.exit_code = 128 + signum
 
 
+# A cancel (Ctrl-C, SIGTERM): a handler that reports any failure of a step as that step's result re-raises
+# these, so a cancelled run stops instead of carrying on with the step marked failed.
+CANCELLED = (KeyboardInterrupt, Terminated)
+
+
 class ExportFailed(Exception):
     """torch.export refused the model: every target fails with this message (exit 1)."""
 

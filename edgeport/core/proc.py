@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from edgeport.core.scratch import scratch_file
 
 
 class Captured:
@@ -45,25 +46,25 @@ def redirected(log_path: Path | None = None, fds: tuple[int, ...] = (1, 2)):
     sys.stdout.flush()
     sys.stderr.flush()
     if log_path is None:
-        handle, name = tempfile.mkstemp(prefix="edgeport-", suffix=".log")
-        os.close(handle)
-        log_path, keep = Path(name), False
+        log_path, keep = scratch_file(suffix=".log"), False
     else:
         keep = True
     captured = Captured(Path(log_path), keep)
-    saved = [os.dup(fd) for fd in fds]
-    with open(log_path, "a") as log:
-        for fd in fds:
-            os.dup2(log.fileno(), fd)
-        try:
-            yield captured
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, copy in zip(fds, saved):
-                os.dup2(copy, fd)
-                os.close(copy)
-    captured.close()
+    try:
+        saved = [os.dup(fd) for fd in fds]
+        with open(log_path, "a") as log:
+            for fd in fds:
+                os.dup2(log.fileno(), fd)
+            try:
+                yield captured
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                for fd, copy in zip(fds, saved):
+                    os.dup2(copy, fd)
+                    os.close(copy)
+    finally:  # a temporary capture is removed however the block ends (a failure, a cancel)
+        captured.close()
 
 
 def terminal_stream(fd: int = 2):

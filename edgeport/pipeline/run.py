@@ -33,6 +33,7 @@ class Result:
 
 
 def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
+    from edgeport.core.scratch import run_scratch
     from edgeport.pipeline.outdir import publish, staging_dir
     from edgeport.pipeline.plan import plan
 
@@ -40,7 +41,7 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     the_plan = plan(opts)
     staging = staging_dir(opts.output.out)
     try:
-        with redirected(staging / RUN_LOG):
+        with redirected(staging / RUN_LOG), run_scratch(staging):  # scratch: removed before publishing
             report = convert_into(staging, opts, the_plan, progress)
         publish(staging, opts.output.out)
     except BaseException:

@@ -7,10 +7,10 @@ records, without building, judging and timing every artifact.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeport.core.scratch import scratch
 from edgeport.errors import UsageError
 
 
@@ -63,8 +63,8 @@ def _table(target, variant: str, session, budget: dict) -> SensitivityTable:
     from edgeport.validate.parity import compare
 
     names = [o.name for o in session.signature.outputs]
-    with tempfile.TemporaryDirectory(prefix="edgeport-sensitivity-") as tmp:
-        job = session.convert_job(target, variant, Path(tmp), budget)
+    with scratch("edgeport-sensitivity-") as tmp:
+        job = session.convert_job(target, variant, tmp, budget)
         quantizer = target.float_fallback.prepare(job)
         try:
             full = compare(session.reference, quantizer.run(session.samples), budget, names)

@@ -40,6 +40,12 @@ def default_jobs() -> int:
 
 def context():
     """The fork server's context (started on first use, importing :data:`PRELOAD` once)."""
+    from multiprocessing import util
+
+    from edgeport.core.scratch import outside
+
+    with outside():  # its socket's folder lives as long as this process, not in the run's scratch
+        util.get_temp_dir()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
@@ -84,12 +90,15 @@ class PipeGate:
 
 
 def _child(spec: dict, conn, gate: bool, env: dict) -> None:
+    from edgeport.core.scratch import follow_environment
     from edgeport.diagnostics import first_line
+    from edgeport.errors import CANCELLED
     from edgeport.pipeline.task import run_task, test_crash
     from edgeport.validate import latency
 
     os.environ.clear()  # the driver's environment now, not the fork server's from when it started
     os.environ.update(env)
+    follow_environment()  # and its scratch folder (edgeport.core.scratch)
     test_crash(f"{spec['target']}/{spec['variant']}")
     waiting = PipeGate(conn) if gate else None
     latency.set_gate(waiting)
@@ -98,6 +107,8 @@ def _child(spec: dict, conn, gate: bool, env: dict) -> None:
         if waiting is not None and row.get("check_seconds"):  # time spent waiting for the gate is not checking
             row["check_seconds"] = round(max(0.0, row["check_seconds"] - waiting.waited), 3)
         conn.send(("done", row))
+    except CANCELLED:
+        raise  # a cancel is not the row's failure
     except BaseException as exc:  # the row fails; the driver reports it
         conn.send(("error", first_line(exc)))
     finally:

@@ -11,10 +11,10 @@ prefixes do too — true for the usual converter bug (a wrong kernel); the repor
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from edgeport.core.scratch import scratch
 from edgeport.diagnostics import user_source
 
 
@@ -101,8 +101,8 @@ def first_divergent_layer(target, job, sample: list, budget: dict, threads: int,
     def diverges(index: int) -> bool:
         sub = truncated_program(job.program, candidates[index].node, job.example_inputs)
         reference = EagerRunner(sub.module(), [i.dtype for i in job.signature.inputs], threads).run(sample)
-        with tempfile.TemporaryDirectory() as tmp:
-            sub_job = replace(job, program=sub, out_dir=Path(tmp), notes=[], module=None,  # the cut program only
+        with scratch("edgeport-localize-") as tmp:  # a cut program's artifact: up to the model's size
+            sub_job = replace(job, program=sub, out_dir=tmp, notes=[], module=None,  # the cut program only
                               artifact_only=True)
             runner = target.load_runner(target.convert(sub_job).artifact, threads)
             return not compare([reference], [runner.run(sample)], {**budget, "allow_empty": True}, ["layer"])["passed"]

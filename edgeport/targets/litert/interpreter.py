@@ -6,8 +6,9 @@ weights separately, all at its first call (prefill and decode: 2x the fp32 weigh
 so judging a 2.38 GB fp32 model held 3x its weights. With ``xnnpack_weight_cache_path`` (a file; LiteRT-LM
 runs models this way) the packed weights are written once for all signatures and mapped back: measured on a
 Qwen3-shaped model, 1.5x the weights instead of 3x, the same logits, prefill and decode as fast
-(bench/LARGE_GENERATION.md, "Memory, fifth session"). The cache file lives in a temporary folder for the
-runner's lifetime (it is as large as the packed weights).
+(bench/LARGE_GENERATION.md, "Memory, fifth session"). The cache file lives in a scratch folder for the
+runner's lifetime (it is as large as the packed weights): in a ``convert``, the run's own scratch beside
+``--out`` (:mod:`edgeport.core.scratch`), so a failed or cancelled run leaves no gigabytes in ``/tmp``.
 
 ai-edge-quantizer's weight-only recipe (``weight-int8``) stores int8 weights behind DEQUANTIZE ops. XNNPACK
 (applied by default) dequantizes every such weight to fp32 when a signature is first run and packs its own
@@ -31,12 +32,12 @@ from __future__ import annotations
 import mmap
 import os
 import shutil
-import tempfile
 import weakref
 from pathlib import Path
 
 import numpy as np
 
+from edgeport.core.scratch import scratch_dir
 from edgeport.targets.litert import LIGHTWEIGHT_ABOVE
 from edgeport.targets.signature import PerSignature
 
@@ -161,7 +162,7 @@ class _Switching:
 
 
 class CachedWeights:
-    """The ``.tflite`` in LiteRT's CompiledModel on CPU (XNNPACK) with XNNPACK's weight cache in a temporary
+    """The ``.tflite`` in LiteRT's CompiledModel on CPU (XNNPACK) with XNNPACK's weight cache in a scratch
     file (see the module docstring), behind the Interpreter's signature-runner surface."""
 
     runner_name = "compiled_model (XNNPACK weight cache)"
@@ -172,7 +173,7 @@ class CachedWeights:
         from ai_edge_litert.hardware_accelerator import HardwareAccelerator
         from ai_edge_litert.options import Options
 
-        folder = tempfile.mkdtemp(prefix="edgeport-xnnpack-")
+        folder = str(scratch_dir("edgeport-xnnpack-"))  # the run's scratch, not /tmp
         self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)
         self.cache_file = os.path.join(folder, "weights.xnnpack_cache")
         cpu = CpuOptions(num_threads=threads, xnnpack_weight_cache_path=self.cache_file)

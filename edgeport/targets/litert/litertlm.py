@@ -79,16 +79,22 @@ def _export(job, work: Path) -> Path:
 
 
 def open_engine(artifact: Path, threads: int):
-    """The engine on CPU; its XNNPACK weight cache goes to a temporary folder (by default it writes one
-    beside the bundle, into DIR, which CI publishes), removed with the engine."""
-    import tempfile
+    """The engine on CPU; its XNNPACK weight cache goes to a scratch folder (by default it writes one
+    beside the bundle, into DIR, which CI publishes; in a ``convert`` the scratch is the run's own,
+    :mod:`edgeport.core.scratch`), removed with the engine."""
     import weakref
 
     import litert_lm
 
-    cache = tempfile.mkdtemp(prefix="edgeport-litertlm-")
-    engine = litert_lm.Engine(str(artifact), backend=litert_lm.Backend.CPU(thread_count=max(1, threads)),
-                              enable_benchmark=True, cache_dir=cache)
+    from edgeport.core.scratch import scratch_dir
+
+    cache = str(scratch_dir("edgeport-litertlm-"))
+    try:
+        engine = litert_lm.Engine(str(artifact), backend=litert_lm.Backend.CPU(thread_count=max(1, threads)),
+                                  enable_benchmark=True, cache_dir=cache)
+    except BaseException:
+        shutil.rmtree(cache, ignore_errors=True)
+        raise
     weakref.finalize(engine, shutil.rmtree, cache, True)
     return engine
 

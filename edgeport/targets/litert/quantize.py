@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
+from edgeport.core.scratch import scratch_dir
 from edgeport.quantize.layers import QuantLayer, block_layers, fx_layers, in_graph_order, weight_shape
 from edgeport.targets.litert import blocks
 from edgeport.targets._pt2e import calibrated
@@ -197,8 +197,12 @@ class AeqQuantizer:
         self.layers = [c for c in candidates if c.id in self.ops]
         tag(model, sorted({i for ops in self.ops.values() for i in ops}))
         self.content = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
-        self.tmp = Path(tempfile.mkdtemp(prefix="edgeport-fallback-"))
-        self.qsvs = calibrate(self.content, self.tmp, job, self.recipe(".*")) if self.static else None
+        self.tmp = scratch_dir("edgeport-fallback-")  # the run's scratch; removed by close()
+        try:
+            self.qsvs = calibrate(self.content, self.tmp, job, self.recipe(".*")) if self.static else None
+        except BaseException:
+            self.close()
+            raise
 
     def recipe(self, regex: str) -> list:
         """The variant's recipe on the ops ``regex`` selects: litert-torch's own dynamic recipe, or static

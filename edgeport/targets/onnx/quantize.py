@@ -16,11 +16,11 @@ from __future__ import annotations
 import ast
 import re
 import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from edgeport.core.scratch import scratch_dir
 from edgeport.quantize.layers import ATTENTION, RECURRENT, QuantLayer, fx_layers, owners
 
 LAYER_OPS = {
@@ -102,13 +102,17 @@ class OnnxLayerQuantizer:
 
     def __init__(self, job, quantize, export, fp32: Path):
         self.job, self.quantize = replace(job, notes=[]), quantize
-        self.tmp = Path(tempfile.mkdtemp(prefix="edgeport-fallback-"))
+        self.tmp = scratch_dir("edgeport-fallback-")  # the run's scratch; removed by close()
         self.fp32 = fp32
-        if not fp32.is_file():
-            self.fp32 = self.tmp / fp32.name
-            export(self.job, self.fp32)
-        candidates = layers(job.program, job.variant)
-        self.nodes = layer_nodes(self.fp32, job.program, [c.id for c in candidates])
+        try:
+            if not fp32.is_file():
+                self.fp32 = self.tmp / fp32.name
+                export(self.job, self.fp32)
+            candidates = layers(job.program, job.variant)
+            self.nodes = layer_nodes(self.fp32, job.program, [c.id for c in candidates])
+        except BaseException:
+            self.close()
+            raise
         self.layers = [c for c in candidates if c.id in self.nodes]
         self.cache = {"calibration_cache_path": str(self.tmp / "calibration.json")} if job.variant == "int8" else {}
 

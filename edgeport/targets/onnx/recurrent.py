@@ -16,8 +16,9 @@ LSTM 2.0 ms (0.99997), static without folding 74.7 ms.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
+
+from edgeport.core.scratch import scratch
 
 RECURRENT_ONNX = ("LSTM",)   # onnxruntime's dynamic registry quantizes LSTM; GRU/RNN have no int8 kernel
 
@@ -47,8 +48,8 @@ def quantize_from(src: Path, quantize) -> None:
     if not has_recurrent(src):
         quantize(src)
         return
-    with tempfile.TemporaryDirectory(prefix="edgeport-fold-") as tmp:
-        quantize(folded(src, Path(tmp)))
+    with scratch("edgeport-fold-") as tmp:
+        quantize(folded(src, tmp))
 
 
 def quantize_recurrent(path: Path, weight_type, reduce_range: bool, nodes_to_exclude=(), nodes_to_quantize=None) -> None:
@@ -58,8 +59,8 @@ def quantize_recurrent(path: Path, weight_type, reduce_range: bool, nodes_to_exc
     from onnxruntime.quantization import quantize_dynamic
 
     chosen = {"nodes_to_quantize": list(nodes_to_quantize)} if nodes_to_quantize else {}
-    with tempfile.TemporaryDirectory(prefix="edgeport-lstm-") as tmp:
-        out = Path(tmp) / path.name
+    with scratch("edgeport-lstm-") as tmp:
+        out = tmp / path.name
         quantize_dynamic(str(path), str(out), weight_type=weight_type, reduce_range=reduce_range,
                          op_types_to_quantize=list(RECURRENT_ONNX), nodes_to_exclude=list(nodes_to_exclude), **chosen)
         out.replace(path)

@@ -15,9 +15,10 @@ import json
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from edgeport.core.scratch import scratch
 
 # A compile making no progress for this long is killed (a MobileNetV2 compile takes ~1 min per topology
 # on 2 cores).
@@ -29,14 +30,14 @@ def run_compiles(requests: list[dict], serialized: bytes, common: dict, timeout:
     """One result per request (in order): the child's compile row, or ``{"ok": False, "error", "process"}``
     for the compile a child died or hung on (``process`` says how; such an entry is never cached)."""
     results: list = [None] * len(requests)
-    with tempfile.TemporaryDirectory(prefix="edgeport-aot-") as tmp:
-        export = Path(tmp) / "program.jax_export"
+    with scratch("edgeport-aot-") as tmp:  # the run's scratch (edgeport.core.scratch)
+        export = tmp / "program.jax_export"
         export.write_bytes(serialized)
         pending = list(range(len(requests)))
         while pending:
-            paths = {i: Path(tmp) / f"row{i}.json" for i in pending}
+            paths = {i: tmp / f"row{i}.json" for i in pending}
             items = [{**requests[i], "result": str(paths[i])} for i in pending]
-            failure = _run_child(Path(tmp), {**common, "export": str(export), "items": items}, list(paths.values()), timeout)
+            failure = _run_child(tmp, {**common, "export": str(export), "items": items}, list(paths.values()), timeout)
             for i in pending:
                 if paths[i].is_file():
                     results[i] = json.loads(paths[i].read_text())
@@ -55,23 +56,35 @@ def _run_child(tmp: Path, request: dict, rows: list[Path], timeout: float) -> di
     with open(log, "w") as stderr:
         child = subprocess.Popen([sys.executable, "-m", "edgeport.targets.tpu.aot_child", str(spec)],
                                  stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp)
-        done, deadline = 0, time.monotonic() + timeout
-        while child.poll() is None:
-            time.sleep(POLL_S)
-            finished = sum(1 for p in rows if p.is_file())
-            if finished > done:
-                done, deadline = finished, time.monotonic() + timeout
-            if time.monotonic() > deadline:
-                child.kill()
-                child.wait()
+        try:
+            if _wait(child, rows, timeout):
                 return {"ok": False, "error": f"libtpu compile timed out after {timeout:g} s (killed)",
                         "process": "timed out"}
+        except BaseException:  # cancelled (SIGTERM, Ctrl-C): the compile must not outlive the run
+            child.kill()
+            child.wait()
+            raise
     if child.returncode == 0:
         return None
     unfinished = [Path(f"{p}.log") for p in rows if not p.is_file()]
     text = "".join(p.read_text(errors="replace") for p in [log, *unfinished] if p.is_file())
     sys.stderr.write(text[-4000:])  # the run's log keeps libtpu's last words
     return {"ok": False, "error": _death(child.returncode, text), "process": f"exit {child.returncode}"}
+
+
+def _wait(child, rows: list[Path], timeout: float) -> bool:
+    """Until ``child`` exits (False), or no new row appeared for ``timeout`` seconds (killed: True)."""
+    done, deadline = 0, time.monotonic() + timeout
+    while child.poll() is None:
+        time.sleep(POLL_S)
+        finished = sum(1 for p in rows if p.is_file())
+        if finished > done:
+            done, deadline = finished, time.monotonic() + timeout
+        if time.monotonic() > deadline:
+            child.kill()
+            child.wait()
+            return True
+    return False
 
 
 def _death(returncode: int, stderr: str) -> str:

@@ -21,11 +21,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from edgeport.core.scratch import scratch
+from edgeport.errors import CANCELLED
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 FAKE_DEVICE_ENV = "EDGEPORT_TPU_FAKE_DEVICE"
@@ -61,8 +63,8 @@ def run_in_worker(engine: str, artifact: Path, samples: list[list[np.ndarray]], 
                   env: dict | None = None) -> dict:
     """Run ``samples`` through ``engine`` in a subprocess; returns {"ok", "outputs", "latency_ms", "error", ...}.
     A hang becomes a timeout error and a crash names its signal; neither reaches this process."""
-    with tempfile.TemporaryDirectory(prefix="edgeport-tpu-") as tmp:
-        feed, result = Path(tmp) / "samples.npz", Path(tmp) / "result.npz"
+    with scratch("edgeport-tpu-") as tmp:  # the run's scratch (edgeport.core.scratch)
+        feed, result = tmp / "samples.npz", tmp / "result.npz"
         np.savez(feed, **{f"s{i}_{j}": a for i, sample in enumerate(samples) for j, a in enumerate(sample)})
         command = [sys.executable, "-m", "edgeport.targets.tpu.device", engine, str(artifact), str(feed), str(result)]
         start = time.perf_counter()
@@ -168,8 +170,8 @@ def worker_main(argv: list[str]) -> None:
         from edgeport.validate.latency import measure
 
         latency = measure(lambda: call(samples[0]), 1)
-    except SystemExit:
-        raise
+    except (SystemExit, *CANCELLED):
+        raise  # a cancel (Ctrl-C reaches the worker too) is not the engine's failure
     except BaseException as exc:  # one line for the parent's report
         from edgeport.diagnostics import first_line
 
