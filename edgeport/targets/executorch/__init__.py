@@ -29,7 +29,8 @@ TARGET = Target(
     relative_cost=1.5,
     # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
     memory_factor=2.0,
-    generation_memory_factor=4.4,   # Qwen3-0.6B fp32: 4.33x, named data in files (bench/LARGE_GENERATION.md)
+    # Qwen3-0.6B fp32: conversion 2.07x, judge 2.12x; Llama-3.2-1B 1.60x (bench/LARGE_GENERATION.md, seventh session)
+    generation_memory_factor=2.2,
     # artifact bytes per fp32 weight byte at its peak on disk: a generative .pte stores the tied table twice
     # (1.26x at Qwen3-0.6B) and its delegates' weights spill to files beside it while it is written (1x)
     disk_factor=2.3,
