@@ -186,3 +186,19 @@ def test_generate_and_validate_run_the_pte(llama):
     assert got["tokens"] == expected and got["variant"] == "fp32"
     again = run_cli("validate", out, "--samples", "2")
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+@pytest.mark.slow  # minutes on 2 cores: make test-slow
+def test_dynamic_int8_lowers_a_model_that_normalizes_q_and_k_per_head(tmp_path):
+    """Qwen3 (and Gemma 3) RMS-normalize q and k per head, through a ``mean`` XNNPACK leaves outside: one
+    XNNPACK partitioner over dynamically quantized and float ops grouped the q/k/v projections' shared
+    activation-quantization chain with the ops around it, and the lowering failed ("Invalid partition, found
+    dependency cycles"). The dynamically quantized linears are partitioned first, on their own."""
+    model_dir = tiny_lm.save(tiny_lm.build("qwen3"), tmp_path / "qwen3", tokenizer=True)
+    out = tmp_path / "dist"
+    result = run_cli("convert", f"hf:{model_dir}", "-t", "executorch", "-q", "dynamic-int8", "--prefill-len", "4",
+                     "--cache-len", "16", "--gen-tokens", "3", "--samples", "2", "--no-latency", "--out", out, timeout=900)
+    assert result.returncode in (0, 1), result.stdout + result.stderr   # 1: a budget, not a crash
+    row = next(r for r in read_report(out)["targets"] if r["variant"] == "dynamic-int8")
+    assert row["artifact"] == "executorch/generate_dynamic-int8.pte", row.get("error")
+    assert row["delegation"]["flops_share"] > 0.9 and row["generation"]["tokens_total"] == 2 * 3

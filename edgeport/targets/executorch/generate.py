@@ -10,7 +10,9 @@ also update their cache inputs in place: ExecuTorch then returns those written-b
 user outputs, and the runner keeps only the user outputs (by count, from the names the file carries).
 
 ``dynamic-int8``: PT2E with the XNNPACK quantizer's dynamic config on each method (int8 per-channel linear
-weights, activations quantized per call): no calibration, the scheme ExecuTorch's LLM recipes start from.
+weights, activations quantized per call): no calibration, the scheme ExecuTorch's LLM recipes start from;
+lowered with the dynamically quantized linears partitioned first (:func:`.lower.partitioners`: Qwen3's per-head
+q/k norms failed the lowering otherwise).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def convert(job: GenerativeJob) -> Converted:
     programs = job.programs if job.variant == "fp32" else {n: dynamic_int8(p, job.samples[n]) for n, p in job.programs.items()}
     path = artifact_path(job.out_dir, job.variant)
     with named_data_on_disk(job.out_dir):
-        edge = lower(programs)
+        edge = lower(programs, dynamic_quant=job.variant == "dynamic-int8")
         details = {"delegation": summary(edge), "methods": list(programs),
                    "kv_cache": "explicit input/output state (each method returns the updated cache)"}
         save(edge, path)
