@@ -152,11 +152,11 @@ def test_int8_quantizer_reads_the_weights_one_at_a_time_with_the_same_bytes(tmp_
 
 
 def test_a_large_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp_path, monkeypatch):
-    """Every onnxruntime session pre-packs its own copy of the weights: over ONE_SESSION_ABOVE the runner keeps
+    """Every onnxruntime session pre-packs its own copy of the weights: over ONE_AT_A_TIME_ABOVE the runner keeps
     one signature's session alive at a time (the other is dropped before the next is built), with the same
     outputs; below it every session stays, as an app keeps them."""
-    from edgeport.targets.onnx import signatures
-    from edgeport.targets.onnx.signatures import OnnxSignatureRunner, judged_on
+    from edgeport.targets import signature
+    from edgeport.targets.onnx.signatures import OnnxSignatureRunner
 
     rng = np.random.default_rng(1)
     weight = rng.standard_normal((64, 64), dtype=np.float32)
@@ -168,11 +168,10 @@ def test_a_large_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp
     expected = {p.stem: run(p, x) for p in paths}
 
     kept = OnnxSignatureRunner(tmp_path, 1)
-    assert sorted(kept.sessions) == ["decode", "prefill_4"] and judged_on(tmp_path) == {}
-    monkeypatch.setattr(signatures, "ONE_SESSION_ABOVE", 1000)   # the artifact holds 16 KiB of weights
+    assert sorted(kept.sessions) == ["decode", "prefill_4"] and kept.details() == {}
+    monkeypatch.setattr(signature, "ONE_AT_A_TIME_ABOVE", 1000)   # the artifact holds 16 KiB of weights
     lean = OnnxSignatureRunner(tmp_path, 1)
-    assert lean.sessions == {} and "one signature's" in judged_on(tmp_path)["runtime_sessions"]
-    assert lean.details() == judged_on(tmp_path) and kept.details() == {}   # what the judge adds to the row
+    assert lean.sessions == {} and "one signature's" in lean.details()["runtime_sessions"]   # what the judge adds to the row
     for name in ("prefill_4", "decode", "prefill_4"):
         np.testing.assert_array_equal(lean.run(name, {"x": x})["y"], expected[name])
         assert list(lean.sessions) == [name]

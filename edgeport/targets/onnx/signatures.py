@@ -5,7 +5,7 @@ onnxruntime's CPU provider: ``intra_op_num_threads`` = threads, one inter-op thr
 Each session pre-packs its own copy of the MatMul weights (onnxruntime's Python API has no shared pre-packed
 container), so two live sessions hold the weights twice: judging Qwen3-0.6B (2.38 GB fp32) peaked at 2.55x
 its weights with both, 1.62x with one (bench/LARGE_GENERATION.md, sixth session). Over
-``ONE_SESSION_ABOVE`` bytes of graphs and weights, the runner keeps one signature's session at a time
+``signature.ONE_AT_A_TIME_ABOVE`` bytes of graphs and weights, the runner keeps one signature's session at a time
 (:class:`~edgeport.targets.signature.PerSignature`, as ExecuTorch's methods and LiteRT's builtin-kernel
 Interpreters): switching signatures drops the other session and builds this one (about 5 s at 0.6B; a
 greedy generation switches twice per prompt, and latency is timed on warm sessions), and the row says so
@@ -19,11 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.targets.onnx.runtime import _ORT_DTYPES
-from edgeport.targets.signature import (ONE_AT_A_TIME_ABOVE, PerSignature, SignatureRunner, cast_to, one_at_a_time,
-                                       tensor)
+from edgeport.targets.signature import PerSignature, SignatureRunner, cast_to, one_at_a_time, tensor
 
 PRESENT = "present_"
-ONE_SESSION_ABOVE = ONE_AT_A_TIME_ABOVE   # bytes of an artifact (graphs + weights) judged one session at a time
 ONE_SESSION = ("one signature's onnxruntime session at a time: each session pre-packs its own copy of the "
                "weights (bench/LARGE_GENERATION.md)")
 
@@ -37,16 +35,6 @@ def role_of(name: str) -> str:
     return "cache_" + name.removeprefix(PRESENT) if name.startswith(PRESENT) else name
 
 
-def one_session(path: Path) -> bool:
-    """The artifact at ``path`` is judged one signature's session at a time (see the module docstring)."""
-    return one_at_a_time(path, ONE_SESSION_ABOVE)
-
-
-def judged_on(path: Path) -> dict:
-    """``runtime_sessions`` when the runner keeps one session at a time, so a reader of the row knows that its
-    judge switched sessions (an app that keeps both pays the weights twice)."""
-    return {"runtime_sessions": ONE_SESSION} if one_session(path) else {}
-
 
 class OnnxSignatureRunner(SignatureRunner):
     name = "onnxruntime"
@@ -56,7 +44,7 @@ class OnnxSignatureRunner(SignatureRunner):
         self.graphs = {g.stem: g for g in sorted(Path(path).glob("*.onnx"))}
         if not self.graphs:
             raise FileNotFoundError(f"no .onnx graphs in {path}")
-        self.one_session = one_session(path)
+        self.one_session = one_at_a_time(path)   # see the module docstring
         self.described = {}
         self.session = PerSignature(self._build, self.one_session)   # name -> its session, built on first use
         self.sessions = self.session.live
@@ -83,6 +71,8 @@ class OnnxSignatureRunner(SignatureRunner):
         return {role_of(n): v for n, v in zip(names, session.run(names, args))}
 
     def details(self) -> dict:
+        """``runtime_sessions`` when this runner kept one session at a time, so a reader of the row knows its
+        judge switched sessions (an app that keeps both pays the weights twice)."""
         return {"runtime_sessions": ONE_SESSION} if self.one_session else {}
 
     def io(self) -> dict[str, dict]:
