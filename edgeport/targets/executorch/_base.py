@@ -6,7 +6,7 @@ from edgeport.core.eager import EagerRunner, to_torch  # noqa: F401
 from edgeport.core.program import capture_mode  # noqa: F401
 from edgeport.diagnostics import first_line, histogram  # noqa: F401
 from edgeport.quantize.layers import QuantLayer, block_layers, fx_layers, in_graph_order, owners  # noqa: F401
-from edgeport.targets._pt2e import float_filter  # noqa: F401
+from edgeport.targets._pt2e import calibrated, float_filter  # noqa: F401
 from edgeport.targets.base import (  # noqa: F401
     ConvertJob, Converted, FallbackSupport, GenerativeJob, GenerativeSupport, Target, TargetOption,
 )

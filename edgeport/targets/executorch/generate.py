@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeport.targets.executorch._base import Converted, GenerativeJob, GenerativeSupport, capture_mode
+from edgeport.targets.executorch._base import Converted, GenerativeJob, GenerativeSupport, calibrated, capture_mode
 from edgeport.targets.executorch.delegation import summary
 from edgeport.targets.executorch.lower import cpu_tracing, lower, named_data_on_disk, save
 from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
@@ -30,7 +30,10 @@ def artifact_path(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
-    programs = job.programs if job.variant == "fp32" else {n: dynamic_int8(p, job.samples[n]) for n, p in job.programs.items()}
+    shared = {}   # the methods' int8 weights, quantized once (as their fp32 weights are one storage)
+    programs = job.programs if job.variant == "fp32" else {n: dynamic_int8(p, job.samples[n], shared)
+                                                          for n, p in job.programs.items()}
+    del shared
     path = artifact_path(job.out_dir, job.variant)
     with named_data_on_disk(job.out_dir):
         edge = lower(programs, dynamic_quant=job.variant == "dynamic-int8")
@@ -40,21 +43,18 @@ def convert(job: GenerativeJob) -> Converted:
     return Converted(path, details)
 
 
-def dynamic_int8(program, sample: dict):
-    """One method's program with int8 dynamically quantized linear weights (see the module docstring)."""
+def dynamic_int8(program, sample: dict, shared: dict | None = None):
+    """One method's program with int8 dynamically quantized linear weights (see the module docstring);
+    ``shared``: int8 weights other methods of the model already have (:func:`.._pt2e.fold_weight_quantization`)."""
     import torch
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer, get_symmetric_quantization_config)
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
-    module = program.module()
+    fresh = lambda: {k: v.clone() for k, v in sample.items()}  # noqa: E731  (the programs update the cache in place)
     with capture_mode(), cpu_tracing():
-        prepared = prepare_pt2e(module, quantizer)
-        with torch.no_grad():
-            prepared(**{k: v.clone() for k, v in sample.items()})
-        converted = convert_pt2e(prepared)
-        return torch.export.export(converted, (), kwargs={k: v.clone() for k, v in sample.items()}, strict=False)
+        converted = calibrated(program.module(), quantizer, [fresh()], shared=shared)
+        return torch.export.export(converted, (), kwargs=fresh(), strict=False)
 
 
 def load(path: Path, threads: int) -> ExecuTorchSignatureRunner:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from edgeport.targets.executorch._base import (EagerRunner, QuantLayer, block_layers, capture_mode, float_filter,
+from edgeport.targets.executorch._base import (EagerRunner, QuantLayer, block_layers, calibrated, capture_mode, float_filter,
                                                fx_layers, in_graph_order, owners, to_torch)
 from edgeport.targets.executorch.lower import cpu_tracing
 
@@ -39,22 +39,16 @@ def only_filter(program, layer: str) -> Callable:
 def quantized_module(job, keep: Callable | None = None):
     """The PT2E-converted module (quantize/dequantize around every annotated op) after calibrating on the
     calibration samples; ``keep`` filters the nodes the quantizer may annotate."""
-    import torch
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer, get_symmetric_quantization_config)
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     if keep is not None:
         quantizer.set_filter_function(keep)
-    module = job.program.module()
     dtypes = [i.dtype for i in job.signature.inputs]
+    batches = ([to_torch(a, d) for a, d in zip(sample, dtypes)] for sample in job.calibration_samples())
     with capture_mode(), cpu_tracing():
-        prepared = prepare_pt2e(module, quantizer)
-        with torch.no_grad():
-            for sample in job.calibration_samples():
-                prepared(*[to_torch(a, d) for a, d in zip(sample, dtypes)])
-        return convert_pt2e(prepared)
+        return calibrated(job.program.module(), quantizer, batches)
 
 
 def quantized_program(job):
