@@ -11,14 +11,25 @@ import torch
 from conftest import REPO, run_cli
 from edgeport.core import memory
 from edgeport.errors import UsageError
-from edgeport.targets.registry import all_targets
+from edgeport.targets.registry import all_targets, get_target
 
 MODELS = REPO / "tests" / "models.py"
 W = 2_000_000_000
 
 
-def _target(name, factor, disk=1.0):
-    return SimpleNamespace(name=name, memory_factor=factor, disk_factor=disk, generation_memory_factor=None)
+def _target(name, factor, disk=1.0, judge_disk=0.0):
+    return SimpleNamespace(name=name, memory_factor=factor, disk_factor=disk, generation_memory_factor=None,
+                           generation_judge_disk_factor=judge_disk)
+
+
+def test_disk_estimate_counts_the_largest_generative_judges_scratch():
+    """A generative LiteRT judge writes XNNPACK's weight cache (the packed weights) beside the artifacts while
+    the artifacts and the exported programs are all still on disk: counted once, for text generation only."""
+    a, b = _target("a", 2.0, judge_disk=1.0), _target("b", 2.0)
+    forward = memory.estimate(W, [(a, "fp32"), (b, "fp32")])
+    assert forward.disk == W * 3
+    assert memory.estimate(W, [(a, "fp32"), (a, "int8"), (b, "fp32")], generative=True).disk == W * (1 + 1 + 0.25 + 1 + 1)
+    assert get_target("litert").generation_judge_disk_factor >= 1.0
 
 
 def test_estimate_takes_the_largest_factor_one_row_after_another():
@@ -41,7 +52,8 @@ def test_text_generation_estimates_with_the_generation_factors():
     """A text-generation row holds its signature programs and the reference beside the converter, measured
     apart from a forward row (bench/LARGE_GENERATION.md: 2.0-4.4x the weights at 0.6B): its estimate uses that
     factor, so a 1B model is refused up front instead of being killed by the OOM killer halfway."""
-    a = SimpleNamespace(name="a", memory_factor=1.5, disk_factor=1.0, generation_memory_factor=4.6)
+    a = SimpleNamespace(name="a", memory_factor=1.5, disk_factor=1.0, generation_memory_factor=4.6,
+                        generation_judge_disk_factor=0.0)
     forward, generative = memory.estimate(W, [(a, "fp32")]), memory.estimate(W, [(a, "fp32")], generative=True)
     assert forward.factor == 1.5 and generative.factor == 4.6
     assert generative.memory == memory.BASE_BYTES + int(W * 4.6)
@@ -55,7 +67,6 @@ def test_a_text_generation_run_is_refused_on_its_generation_estimate(tmp_path):
     """--max-memory between the forward estimate and the text-generation one: refused, before the export."""
     import tiny_lm
     from edgeport import api
-    from edgeport.targets.registry import get_target
 
     model = tiny_lm.build("llama")
     model_dir = tiny_lm.save(model, tmp_path / "lm")
@@ -169,7 +180,6 @@ def test_generation_rows_are_all_built_before_the_programs_go_and_the_judges_loa
     from edgeport.pipeline.run import run_rows
     from edgeport.pipeline.tasks import Built, Task
     from edgeport.targets.base import Converted
-    from edgeport.targets.registry import get_target
 
     events = []
 
@@ -196,7 +206,6 @@ def test_release_programs_frees_the_weights_unless_a_bundle_judge_runs_them():
     import weakref
 
     from edgeport.pipeline.tasks.text_generation.session import release_programs
-    from edgeport.targets.registry import get_target
 
     litert = get_target("litert")
     bundle = litert.generation().bundles[0].variant

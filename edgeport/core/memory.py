@@ -85,7 +85,8 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
     """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``;
     ``programs``: how many saved programs each hold every weight (``exported.pt2``; a text-generation
     model saves one per signature: prefill per length, decode). ``generative``: the targets' text-generation
-    factors (their rows hold far more beside the model than a forward row: 4-6x the weights at 0.6B)."""
+    factors (their rows hold far more beside the model than a forward row: 4-6x the weights at 0.6B), and the
+    disk a judge's runtime writes while it runs (``generation_judge_disk_factor``)."""
     factors = sorted(((_factor(t, generative), t.name) for t, _v in rows), reverse=True) or [(1.0, "load")]
     if jobs > 1:   # the main process keeps its program; each worker loads one and converts
         top = factors[:jobs]
@@ -93,7 +94,8 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
         base = BASE_BYTES * (1 + len(top))
     else:
         (factor, by), base = factors[0], BASE_BYTES
-    disk = weight_bytes * (programs + sum(t.disk_factor * artifact_share(v) for t, v in rows))   # + exported
+    judging = max((t.generation_judge_disk_factor * artifact_share(v) for t, v in rows if generative), default=0.0)
+    disk = weight_bytes * (programs + sum(t.disk_factor * artifact_share(v) for t, v in rows) + judging)  # + exported
     return Estimate(weight_bytes, int(base + weight_bytes * factor), int(disk), round(factor, 2), by)
 
 

@@ -251,6 +251,9 @@ class Target:
     generation_memory_factor: float | None = None
     # the fp32 artifact's bytes (every file) / fp32 weight bytes; a variant scales it by its precision
     disk_factor: float = 1.0
+    # what a text-generation judge writes beside the artifacts while it runs (a runtime's weight cache in the
+    # run's scratch) / fp32 weight bytes, scaled like disk_factor; judges run one at a time: the largest counts
+    generation_judge_disk_factor: float = 0.0
 
     def __post_init__(self):
         from edgeport.targets.rewrites import check_known
