@@ -19,7 +19,7 @@ W = 2_000_000_000
 
 def _target(name, factor, disk=1.0, judge_disk=0.0):
     return SimpleNamespace(name=name, memory_factor=factor, disk_factor=disk, generation_memory_factor=None,
-                           generation_judge_disk_factor=judge_disk)
+                           generation_judge_disk_factor=judge_disk, generation_variant_memory_factors={})
 
 
 def test_disk_estimate_counts_the_largest_generative_judges_scratch():
@@ -53,14 +53,19 @@ def test_text_generation_estimates_with_the_generation_factors():
     apart from a forward row (bench/LARGE_GENERATION.md: 2.0-4.4x the weights at 0.6B): its estimate uses that
     factor, so a 1B model is refused up front instead of being killed by the OOM killer halfway."""
     a = SimpleNamespace(name="a", memory_factor=1.5, disk_factor=1.0, generation_memory_factor=4.6,
-                        generation_judge_disk_factor=0.0)
+                        generation_judge_disk_factor=0.0, generation_variant_memory_factors={"int8": 5.5})
     forward, generative = memory.estimate(W, [(a, "fp32")]), memory.estimate(W, [(a, "fp32")], generative=True)
     assert forward.factor == 1.5 and generative.factor == 4.6
     assert generative.memory == memory.BASE_BYTES + int(W * 4.6)
+    # a variant measured apart (ExecuTorch's dynamic-int8) raises the whole run's estimate when it is in it
+    assert memory.estimate(W, [(a, "fp32"), (a, "int8")], generative=True).factor == 5.5
+    assert memory.estimate(W, [(a, "fp32"), (a, "int8")]).factor == 1.5
     for target in all_targets():
         if target.generative is not None:
             assert target.generation_memory_factor is not None, target.name
             assert 1.0 < target.generation_memory_factor < 10, target.name   # a measured ratio, not a default
+            variants = target.generation_variant_memory_factors
+            assert set(variants) <= set(target.generation().variants) and all(1.0 < f < 10 for f in variants.values())
 
 
 def test_a_text_generation_run_is_refused_on_its_generation_estimate(tmp_path):

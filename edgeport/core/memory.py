@@ -87,7 +87,7 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
     model saves one per signature: prefill per length, decode). ``generative``: the targets' text-generation
     factors (their rows hold far more beside the model than a forward row: 4-6x the weights at 0.6B), and the
     disk a judge's runtime writes while it runs (``generation_judge_disk_factor``)."""
-    factors = sorted(((_factor(t, generative), t.name) for t, _v in rows), reverse=True) or [(1.0, "load")]
+    factors = sorted(((_factor(t, generative, v), t.name) for t, v in rows), reverse=True) or [(1.0, "load")]
     if jobs > 1:   # the main process keeps its program; each worker loads one and converts
         top = factors[:jobs]
         factor, by = 1.0 + sum(f for f, _n in top), f"-j {jobs}"
@@ -99,8 +99,10 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
     return Estimate(weight_bytes, int(base + weight_bytes * factor), int(disk), round(factor, 2), by)
 
 
-def _factor(target, generative: bool) -> float:
-    found = target.generation_memory_factor if generative else None
+def _factor(target, generative: bool, variant: str) -> float:
+    if not generative:
+        return target.memory_factor
+    found = target.generation_variant_memory_factors.get(variant, target.generation_memory_factor)
     return found if found is not None else target.memory_factor
 
 

@@ -249,6 +249,8 @@ class Target:
     # converted and judged in the process that holds the model), measured on Qwen3-0.6B's shape
     # (bench/LARGE_GENERATION.md); None: the forward factor
     generation_memory_factor: float | None = None
+    # variant -> its own text-generation factor, where a run with that variant peaks above the target's
+    generation_variant_memory_factors: dict[str, float] = field(default_factory=dict, hash=False)
     # the fp32 artifact's bytes (every file) / fp32 weight bytes; a variant scales it by its precision
     disk_factor: float = 1.0
     # what a text-generation judge writes beside the artifacts while it runs (a runtime's weight cache in the
