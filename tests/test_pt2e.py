@@ -54,6 +54,35 @@ def test_folding_gives_torchaos_own_constants_graph_and_outputs(dynamic, monkeyp
     assert torch.equal(theirs(sample), ours(sample))
 
 
+class Convs(torch.nn.Module):
+    """A transposed convolution's weights are quantized along axis 1 (its output channels)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.up = torch.nn.Conv2d(3, 8, 3), torch.nn.ConvTranspose2d(8, 4, 3, stride=2)
+        self.depthwise = torch.nn.Conv2d(4, 4, 3, groups=4)
+
+    def forward(self, x):
+        return self.depthwise(torch.relu(self.up(torch.relu(self.conv(x)))))
+
+
+def test_folding_convolutions_along_their_own_axis_gives_torchaos_constants(monkeypatch):
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 16, 16)
+    program = torch.export.export(Convs().eval(), (x,), strict=False)
+    with torch.no_grad():
+        prepared = prepare_pt2e(program.module(), quantizer(False))
+        prepared(x)
+        theirs = convert_pt2e(prepared)
+        monkeypatch.setattr(_pt2e, "FOLD_CHUNK_BYTES", 64)
+        ours = _pt2e.calibrated(program.module(), quantizer(False), [[x]])
+    a, b = dict(theirs.named_buffers()), dict(ours.named_buffers())
+    assert a.keys() == b.keys() and sum(t.dtype == torch.int8 for t in b.values()) == 3
+    assert all(torch.equal(a[k], b[k]) for k in a) and torch.equal(theirs(x), ours(x))
+
+
 def test_fold_never_makes_a_float_temporary_the_size_of_a_weight(monkeypatch):
     """torchao's folder quantizes a weight in float temporaries of the weight's full size (a 0.6 GB tied
     embedding table as the head: about 3x that at once); here the largest allocation is the int8 result."""
