@@ -85,8 +85,9 @@ def fold_weight_quantization(gm, shared: dict | None = None) -> None:
     from torchao.quantization.pt2e.constant_fold import constant_fold, replace_node_with_constant
     from torchao.quantization.pt2e.quantize_pt2e import _quant_node_constraint
 
+    shared = {} if shared is None else shared
     for node in list(gm.graph.nodes):
-        value = _weight_quantized(gm, node, {} if shared is None else shared)
+        value = _weight_quantized(gm, node, shared)
         if value is not None:
             replace_node_with_constant(gm, node, value)
             del value
@@ -122,7 +123,7 @@ def _weight_quantized(gm, node, shared: dict):
     axis = args[3] % weight.dim() if per_channel else 0
     key = (node.target, weight.untyped_storage().data_ptr(), weight.storage_offset(), weight.shape, weight.stride(),
            *(a if not isinstance(a, torch.Tensor) else (a.dtype, a.shape) for a in args[1:]))
-    for params, value in shared.get(key, ()):
+    for _weight, params, value in shared.get(key, ()):   # the weight is held: its address stays its own
         if all(torch.equal(a, b) for a, b in zip(params, args[1:3]) if isinstance(a, torch.Tensor)):
             return value
     out = torch.empty(weight.shape, dtype=args[-1])
@@ -136,7 +137,7 @@ def _weight_quantized(gm, node, shared: dict):
             else:
                 part += list(args[1:])
             out.narrow(axis, start, n).copy_(node.target(*part))
-    shared.setdefault(key, []).append((args[1:3], out))
+    shared.setdefault(key, []).append((weight, args[1:3], out))
     return out
 
 
