@@ -90,7 +90,6 @@ def fold_weight_quantization(gm, shared: dict | None = None) -> None:
         value = _weight_quantized(gm, node, shared)
         if value is not None:
             replace_node_with_constant(gm, node, value)
-            del value
     if any(_quant_node_constraint(n) and _constant_input(n) for n in gm.graph.nodes):
         constant_fold(gm, _quant_node_constraint)
         return
@@ -143,18 +142,14 @@ def _weight_quantized(gm, node, shared: dict):
 
 def _attribute(gm, node):
     """The tensor a ``get_attr`` node reads, or None for any other node."""
-    if node.op != "get_attr":
-        return None
-    owner = gm
-    *path, name = node.target.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    return getattr(owner, name)
+    import operator
+
+    return operator.attrgetter(node.target)(gm) if node.op == "get_attr" else None
 
 
 def _constant_input(node) -> bool:
     """Whether every node ``node`` reads is computed from attributes alone (what torchao's folder folds)."""
-    seen, todo = set(), [a for a in node.all_input_nodes]
+    seen, todo = set(), list(node.all_input_nodes)
     while todo:
         current = todo.pop()
         if current in seen:

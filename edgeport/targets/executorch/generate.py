@@ -33,7 +33,6 @@ def convert(job: GenerativeJob) -> Converted:
     shared = {}   # the methods' int8 weights, quantized once (as their fp32 weights are one storage)
     programs = job.programs if job.variant == "fp32" else {n: dynamic_int8(p, job.samples[n], shared)
                                                           for n, p in job.programs.items()}
-    del shared
     path = artifact_path(job.out_dir, job.variant)
     with named_data_on_disk(job.out_dir):
         edge = lower(programs, dynamic_quant=job.variant == "dynamic-int8")
