@@ -8,7 +8,7 @@ import weakref
 import pytest
 import torch
 
-from edgeport.targets import _pt2e
+from edgeport.targets import _jax, _pt2e
 
 
 class Mlp(torch.nn.Module):
@@ -41,7 +41,7 @@ def test_folding_gives_torchaos_own_constants_graph_and_outputs(dynamic, monkeyp
     torch.manual_seed(0)
     program, = programs(Mlp(), 4)
     sample = torch.randn(4, 64)
-    with torch.no_grad():
+    with torch.no_grad(), _jax.cpu_tracing():   # the reference, under the conditions calibrated() sets
         prepared = prepare_pt2e(program.module(), quantizer(dynamic))
         prepared(sample)
         theirs = convert_pt2e(prepared)
@@ -72,7 +72,7 @@ def test_folding_convolutions_along_their_own_axis_gives_torchaos_constants(monk
     torch.manual_seed(0)
     x = torch.randn(1, 3, 16, 16)
     program = torch.export.export(Convs().eval(), (x,), strict=False)
-    with torch.no_grad():
+    with torch.no_grad(), _jax.cpu_tracing():
         prepared = prepare_pt2e(program.module(), quantizer(False))
         prepared(x)
         theirs = convert_pt2e(prepared)
@@ -83,6 +83,23 @@ def test_folding_convolutions_along_their_own_axis_gives_torchaos_constants(monk
     assert all(torch.equal(a[k], b[k]) for k in a) and torch.equal(theirs(x), ours(x))
 
 
+def test_an_accelerator_that_cannot_answer_does_not_fail_quantization(monkeypatch):
+    """Importing torchax (a caller's code, another target, an earlier test) registers a ``jax`` device that
+    says it is available and raises when asked for its stream; XNNPACK's quantizer traces its conv patterns
+    with dynamo, which asks. Quantizing is CPU work and must not care."""
+    def no_stream(*args, **kwargs):
+        raise RuntimeError("PyTorch is not linked with support for jax devices")
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_stream", no_stream)
+    assert _jax.accelerator_cannot_answer()
+    x = torch.randn(1, 3, 16, 16)
+    program = torch.export.export(Convs().eval(), (x,), strict=False)
+    ours = _pt2e.calibrated(program.module(), quantizer(False), [[x]])
+    assert sum(t.dtype == torch.int8 for t in ours.buffers()) == 3
+    assert torch.accelerator.is_available()                  # left as it was found
+
+
 def test_fold_never_makes_a_float_temporary_the_size_of_a_weight(monkeypatch):
     """torchao's folder quantizes a weight in float temporaries of the weight's full size (a 0.6 GB tied
     embedding table as the head: about 3x that at once); here the largest allocation is the int8 result."""
@@ -91,7 +108,7 @@ def test_fold_never_makes_a_float_temporary_the_size_of_a_weight(monkeypatch):
 
     model = Mlp(width=1024, hidden=2048)        # 8 MB fp32 weights, 2 MB int8 each
     program, = programs(model, 2)
-    with torch.no_grad():
+    with torch.no_grad(), _jax.cpu_tracing():
         prepared = prepare_pt2e(program.module(), quantizer(True))
         prepared(torch.randn(2, 1024))
         converted = convert_pt2e(prepared, fold_quantize=False)

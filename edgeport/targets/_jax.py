@@ -3,6 +3,7 @@ litert-torch lowering): one place, so no target imports another for a process se
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 # Environment variables edgeport set in its own process; worker subprocesses get them removed again.
@@ -57,3 +58,24 @@ def accelerator_cannot_answer() -> bool:
     except RuntimeError:
         return True
     return False
+
+
+@contextlib.contextmanager
+def cpu_tracing():
+    """XNNPACK's passes and its quantizer's pattern matching trace graphs with dynamo, which asks
+    ``torch.accelerator`` for the current stream whenever it says an accelerator is available. A library that registers a device module for
+    PyTorch's PrivateUse1 slot without PyTorch support behind it (torchax registers ``jax`` when imported,
+    e.g. by the caller's own code; the TPU target undoes it: :func:`keep_torch_accelerator_honest`) makes that
+    question fail, and with it every lowering ("PyTorch is not linked with support for jax devices").
+    Lowering and quantizing are CPU work: while they run, an accelerator that cannot answer counts as absent."""
+    import torch
+
+    if not accelerator_cannot_answer():
+        yield
+        return
+    saved = torch.accelerator.is_available
+    torch.accelerator.is_available = lambda: False
+    try:
+        yield
+    finally:
+        torch.accelerator.is_available = saved

@@ -25,16 +25,20 @@ def calibrated(module, quantizer, batches: Iterable, fold_quantize: bool = True,
     """``prepare_pt2e`` -> observe activations on every batch (a list of positional torch args, or a dict of
     keyword args) -> ``convert_pt2e``, the weights' quantization folded by :func:`fold_weight_quantization`
     when ``fold_quantize`` (``shared``: see there). Whatever happens, torchao forgets the modules it saw
-    (:func:`forget_modules`)."""
+    (:func:`forget_modules`). Runs under :func:`._jax.cpu_tracing`: quantizers that find their patterns by
+    tracing them with dynamo (XNNPACK's) then work whatever accelerator module this process registered."""
     import torch
     from torchao.quantization.pt2e import quantize_pt2e
 
+    from edgeport.targets._jax import cpu_tracing
+
     try:
-        prepared = quantize_pt2e.prepare_pt2e(module, quantizer)
-        with torch.no_grad():
-            for args in batches:
-                prepared(**args) if isinstance(args, dict) else prepared(*args)
-        converted = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
+        with cpu_tracing():
+            prepared = quantize_pt2e.prepare_pt2e(module, quantizer)
+            with torch.no_grad():
+                for args in batches:
+                    prepared(**args) if isinstance(args, dict) else prepared(*args)
+            converted = quantize_pt2e.convert_pt2e(prepared, fold_quantize=False)
         del prepared
         if fold_quantize:
             fold_weight_quantization(converted, shared)

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgeport.targets._jax import cpu_tracing
 from edgeport.targets.executorch._base import Converted, GenerativeJob, GenerativeSupport, calibrated, capture_mode
 from edgeport.targets.executorch.delegation import summary
-from edgeport.targets.executorch.lower import cpu_tracing, lower, named_data_on_disk, save
+from edgeport.targets.executorch.lower import lower, named_data_on_disk, save
 from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
 
 

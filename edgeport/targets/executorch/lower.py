@@ -15,6 +15,8 @@ import contextlib
 import json
 from pathlib import Path
 
+from edgeport.targets._jax import cpu_tracing
+
 IO_METHOD = "edgeport_io"
 
 
@@ -27,29 +29,6 @@ def io_names(program) -> dict:
     users = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
     outputs = list(spec.context) if spec is not None and spec.type is dict else [f"output_{i}" for i in range(len(users))]
     return {"inputs": list(program.graph_signature.user_inputs), "outputs": outputs}
-
-
-@contextlib.contextmanager
-def cpu_tracing():
-    """XNNPACK's passes trace pattern graphs with dynamo, which asks ``torch.accelerator`` for the current
-    stream whenever it says an accelerator is available. A library that registers a device module for
-    PyTorch's PrivateUse1 slot without PyTorch support behind it (torchax registers ``jax`` when imported,
-    e.g. by the caller's own code; the TPU target undoes it: _jax.keep_torch_accelerator_honest) makes that
-    question fail, and with it every lowering ("PyTorch is not linked with support for jax devices").
-    Lowering is CPU work: while it runs, an accelerator that cannot answer counts as absent."""
-    import torch
-
-    from edgeport.targets._jax import accelerator_cannot_answer
-
-    if not accelerator_cannot_answer():
-        yield
-        return
-    saved = torch.accelerator.is_available
-    torch.accelerator.is_available = lambda: False
-    try:
-        yield
-    finally:
-        torch.accelerator.is_available = saved
 
 
 def edge_program(programs: dict, io: dict | None = None, dynamic_quant: bool = False):

@@ -17,7 +17,6 @@ from typing import Callable, Sequence
 
 from edgeport.targets.executorch._base import (EagerRunner, QuantLayer, block_layers, calibrated, capture_mode, float_filter,
                                                fx_layers, in_graph_order, owners, to_torch)
-from edgeport.targets.executorch.lower import cpu_tracing
 
 # the ops XNNPACK's quantizer annotates that carry a weight: what a user would keep float
 LAYER_OPS = ("linear", "addmm", "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "convolution")
@@ -47,7 +46,7 @@ def quantized_module(job, keep: Callable | None = None):
         quantizer.set_filter_function(keep)
     dtypes = [i.dtype for i in job.signature.inputs]
     batches = ([to_torch(a, d) for a, d in zip(sample, dtypes)] for sample in job.calibration_samples())
-    with capture_mode(), cpu_tracing():
+    with capture_mode():
         return calibrated(job.program.module(), quantizer, batches)
 
 
