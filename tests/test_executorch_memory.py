@@ -35,29 +35,6 @@ def lowered_alive() -> int:
     return sum(isinstance(o, LoweredBackendModule) for o in gc.get_objects())
 
 
-def test_named_data_lives_in_files_while_lowering_and_nothing_stays_after_save(tmp_path, monkeypatch):
-    from executorch.exir._serialize._cord import FileBackedData
-    from executorch.exir.lowered_backend_module import LoweredBackendModule
-
-    from edgeport.targets.executorch import lower as L
-
-    programs = two_methods()
-    L.save(L.lower(programs), tmp_path / "in_memory.pte")
-    monkeypatch.setattr(L, "SPILL_MIN_BYTES", 1)   # every blob of this small model goes to a file
-    with L.named_data_on_disk(tmp_path):
-        edge = L.lower(programs)
-        modules = [m for name in programs for m in edge.exported_program(name).graph_module.modules()
-                   if isinstance(m, LoweredBackendModule)]
-        blobs = [b for m in modules for b in m.named_data_store_output.buffers]
-        assert modules and blobs and all(isinstance(b, FileBackedData) for b in blobs)
-        assert len({id(b) for b in blobs}) == len({b.sha256() for b in blobs})   # one file per distinct blob
-        L.save(edge, tmp_path / "spilled.pte")
-    del edge, modules, blobs
-    assert (tmp_path / "spilled.pte").read_bytes() == (tmp_path / "in_memory.pte").read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.pte", "spilled.pte"]   # the spill folder went
-    assert lowered_alive() == 0   # before: the last lowering's graphs, with their weights, stayed reachable
-
-
 class TiedHead(torch.nn.Module):
     """A head tied to the embedding (Qwen3, Llama-3.2, Gemma): the table is read by the gather XNNPACK leaves
     outside its partitions and by the linear inside one, so ExecuTorch duplicates it for the partition."""
@@ -73,6 +50,53 @@ class TiedHead(torch.nn.Module):
         return self.head(torch.relu(self.up(self.embed(ids))))
 
 
+def tied_programs():
+    model = TiedHead().eval()
+    return {name: torch.export.export(model, (torch.randint(0, 512, (1, n)),)) for name, n in (("prefill_4", 4), ("decode", 1))}
+
+
+def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_path, monkeypatch):
+    """XNNPACK's named data (the delegated weights) and the emitter's constants (the table the gather outside the
+    delegates reads, once per method) are files, not ``bytes``, from lowering to the written ``.pte``, which is
+    byte-identical; afterwards no file, no lowered graph and no patched module stays."""
+    import hashlib
+
+    from executorch.exir._serialize._cord import FileBackedData
+    from executorch.exir.emit import _emitter
+    from executorch.exir.lowered_backend_module import LoweredBackendModule
+    from executorch.exir.program import _program
+
+    from edgeport.targets.executorch import lower as L
+
+    programs = tied_programs()
+    L.save(L.lower(programs), tmp_path / "in_memory.pte")
+    monkeypatch.setattr(L, "SPILL_MIN_BYTES", 1)   # every blob of this small model goes to a file
+    constants, emit = [], _program.emit_program
+
+    def recording(*args, **kwargs):
+        output = emit(*args, **kwargs)
+        constants.extend(b.storage for b in output.program.constant_buffer[1:])   # [0] is reserved, empty
+        return output
+
+    monkeypatch.setattr(_program, "emit_program", recording)
+    with L.weights_on_disk(tmp_path):
+        edge = L.lower(programs)
+        modules = [m for name in programs for m in edge.exported_program(name).graph_module.modules()
+                   if isinstance(m, LoweredBackendModule)]
+        blobs = [b for m in modules for b in m.named_data_store_output.buffers]
+        assert modules and blobs and all(isinstance(b, FileBackedData) for b in blobs)
+        assert len({id(b) for b in blobs}) == len({b.sha256() for b in blobs})   # one file per distinct blob
+        L.save(edge, tmp_path / "spilled.pte")
+        assert constants and all(isinstance(c, FileBackedData) for c in constants)
+        table = programs["decode"].state_dict["embed.weight"].detach().numpy().tobytes()
+        assert [c.to_bytes() for c in constants].count(table) == 1   # the gather's table, once for both methods
+    del edge, modules, blobs
+    assert (tmp_path / "spilled.pte").read_bytes() == (tmp_path / "in_memory.pte").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.pte", "spilled.pte"]   # the spill folder went
+    assert lowered_alive() == 0   # before: the last lowering's graphs, with their weights, stayed reachable
+    assert "bytes" not in vars(_emitter) and _emitter.hashlib is hashlib
+
+
 def test_lowering_shares_the_programs_weights_and_writes_the_same_pte(tmp_path, monkeypatch):
     """The partitions XNNPACK preprocesses read the programs' own weight storage (before: a deep copy of every
     partition's program for every method at once, and of the tied table per method), and the ``.pte`` is
@@ -85,8 +109,7 @@ def test_lowering_shares_the_programs_weights_and_writes_the_same_pte(tmp_path, 
 
     from edgeport.targets.executorch import lower as L
 
-    model = TiedHead().eval()
-    programs = {name: torch.export.export(model, (torch.randint(0, 512, (1, n)),)) for name, n in (("prefill_4", 4), ("decode", 1))}
+    programs = tied_programs()
     weights = {t.untyped_storage().data_ptr() for p in programs.values() for t in p.state_dict.values()}
     read, preprocess = [], XnnpackBackend.preprocess
 

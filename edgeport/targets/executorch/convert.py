@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from edgeport.targets.executorch._base import ConvertJob, Converted, ReportSection
 from edgeport.targets.executorch.delegation import summary
-from edgeport.targets.executorch.lower import lower, save
+from edgeport.targets.executorch.lower import lower, save, weights_on_disk
 from edgeport.targets.executorch.quantize import quantized_program
 
 
@@ -14,11 +14,12 @@ def convert(job: ConvertJob) -> Converted:
         job.progress("quantization (PT2E int8)")
     program = quantized_program(job) if job.variant == "int8" else job.program
     path = job.out_dir / f"model_{job.variant}.pte"
-    job.progress("lowering (XNNPACK)")
-    edge = lower({"forward": program})
-    details = {"delegation": summary(edge)}
-    job.progress("serialization")
-    save(edge, path)
+    with weights_on_disk(job.out_dir):
+        job.progress("lowering (XNNPACK)")
+        edge = lower({"forward": program})
+        details = {"delegation": summary(edge)}
+        job.progress("serialization")
+        save(edge, path)
     return Converted(path, details)
 
 

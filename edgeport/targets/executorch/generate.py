@@ -22,7 +22,7 @@ from pathlib import Path
 from edgeport.targets._jax import cpu_tracing
 from edgeport.targets.executorch._base import Converted, GenerativeJob, GenerativeSupport, calibrated, capture_mode
 from edgeport.targets.executorch.delegation import summary
-from edgeport.targets.executorch.lower import lower, named_data_on_disk, save
+from edgeport.targets.executorch.lower import lower, save, weights_on_disk
 from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
 
 
@@ -35,7 +35,7 @@ def convert(job: GenerativeJob) -> Converted:
     programs = job.programs if job.variant == "fp32" else {n: dynamic_int8(p, job.samples[n], shared)
                                                           for n, p in job.programs.items()}
     path = artifact_path(job.out_dir, job.variant)
-    with named_data_on_disk(job.out_dir):
+    with weights_on_disk(job.out_dir):
         edge = lower(programs, dynamic_quant=job.variant == "dynamic-int8")
         details = {"delegation": summary(edge), "methods": list(programs),
                    "kv_cache": "explicit input/output state (each method returns the updated cache)"}

@@ -136,42 +136,111 @@ class _SharingTensors:
 
 
 @contextlib.contextmanager
-def named_data_on_disk(folder: Path):
-    """While lowering and saving, the delegates' serialized weights go to files in a temporary folder under
-    ``folder`` instead of memory. XNNPACK copies every delegated weight into its partition's named data as
-    ``bytes``, and each method is lowered apart: the prefill and decode methods each held all the weights
-    (2x beside the programs, until ``to_executorch`` merged the stores). Here each blob is written once
-    (blobs with the same sha256 share one file) and kept as ExecuTorch's own ``FileBackedData``, which the
-    ``.pte`` writer streams from disk: the artifact is byte-identical. The folder goes on exit."""
-    import hashlib
+def weights_on_disk(folder: Path):
+    """While lowering and saving, the serialized weights go to files in a temporary folder under ``folder``
+    instead of memory, and the ``.pte`` writer streams them from there (ExecuTorch's own ``FileBackedData``):
+    the artifact is byte-identical. Two places made ``bytes`` copies of weights:
+    - XNNPACK copies every delegated weight into its partition's named data, and each method is lowered apart:
+      the prefill and decode methods each held all the weights (2x beside the programs, until
+      ``to_executorch`` merged the stores);
+    - the emitter copies every constant left outside the delegates (the embedding table the gather reads: a
+      quarter of Qwen3-0.6B) into ``bytes``, once per method that reads it (the second copy only to hash it
+      and find the first), and keeps one until the file is written.
+    Each blob is written once (blobs with the same sha256 share one file); the folder goes on exit."""
     import shutil
     import tempfile
 
-    from executorch.exir._serialize._cord import FileBackedData
-    from executorch.exir._serialize._named_data_store import NamedDataStore
-
-    original, files = NamedDataStore._add_named_data_to_map, {}
-    spill = Path(tempfile.mkdtemp(prefix=".named_data_", dir=folder))
-
-    def add(self, key, data, *args, **kwargs):
-        if isinstance(data, bytes) and len(data) >= SPILL_MIN_BYTES:
-            digest = hashlib.sha256(data).digest()
-            if digest not in files:
-                target = spill / f"{len(files)}.bin"
-                target.write_bytes(data)
-                files[digest] = FileBackedData(str(target), sha256=digest)
-            data = files[digest]
-        return original(self, key, data, *args, **kwargs)
-
-    NamedDataStore._add_named_data_to_map = add
-    try:
-        yield
-    finally:
-        NamedDataStore._add_named_data_to_map = original
-        shutil.rmtree(spill, ignore_errors=True)
+    spill = _Spill(Path(tempfile.mkdtemp(prefix=".weights_", dir=folder)))
+    with spill.named_data(), spill.emitted_constants():
+        try:
+            yield
+        finally:
+            shutil.rmtree(spill.folder, ignore_errors=True)
 
 
-# named data blobs below this stay in memory (scales, biases, norms: thousands of small files otherwise)
+class _Spill:
+    """The files of :func:`weights_on_disk`, one per distinct blob of at least ``SPILL_MIN_BYTES``."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.files = folder, {}
+
+    def file(self, data):
+        """``data`` (anything with the buffer protocol) as a ``FileBackedData``, written without a copy."""
+        import hashlib
+
+        from executorch.exir._serialize._cord import FileBackedData
+
+        digest = hashlib.sha256(data).digest()
+        if digest not in self.files:
+            target = self.folder / f"{len(self.files)}.bin"
+            target.write_bytes(data)
+            self.files[digest] = FileBackedData(str(target), sha256=digest)
+        return self.files[digest]
+
+    @contextlib.contextmanager
+    def named_data(self):
+        from executorch.exir._serialize._named_data_store import NamedDataStore
+
+        original = NamedDataStore._add_named_data_to_map
+
+        def add(store, key, data, *args, **kwargs):
+            if isinstance(data, bytes) and len(data) >= SPILL_MIN_BYTES:
+                data = self.file(data)
+            return original(store, key, data, *args, **kwargs)
+
+        NamedDataStore._add_named_data_to_map = add
+        try:
+            yield
+        finally:
+            NamedDataStore._add_named_data_to_map = original
+
+    @contextlib.contextmanager
+    def emitted_constants(self):
+        """The emitter reads a constant as ``bytes(<ctypes array over the tensor's storage>)`` and hashes it
+        with ``hashlib.sha256``; its module's ``bytes`` and ``hashlib`` become ones that hand a large array to
+        :meth:`file` instead (the tensor's memory written straight to disk) and hash that file by its digest.
+        Everything else passes through to the builtins."""
+        import builtins
+        import ctypes
+        import hashlib
+
+        from executorch.exir._serialize._cord import FileBackedData
+        from executorch.exir.emit import _emitter
+
+        def constant_bytes(value=b"", *args, **kwargs):
+            if not args and not kwargs and isinstance(value, ctypes.Array) and ctypes.sizeof(value) >= SPILL_MIN_BYTES:
+                return self.file(memoryview(value).cast("B"))
+            return builtins.bytes(value, *args, **kwargs)
+
+        class Hashes:
+            @staticmethod
+            def sha256(data=b"", **kwargs):
+                if isinstance(data, FileBackedData):
+                    return _KnownDigest(data.sha256())
+                return hashlib.sha256(data, **kwargs)
+
+        _emitter.bytes, _emitter.hashlib = constant_bytes, Hashes
+        try:
+            yield
+        finally:
+            del _emitter.bytes
+            _emitter.hashlib = hashlib
+
+
+class _KnownDigest:
+    """A sha256 already computed, as ``hashlib``'s object answers for it."""
+
+    def __init__(self, digest: bytes):
+        self._digest = digest
+
+    def digest(self) -> bytes:
+        return self._digest
+
+    def hexdigest(self) -> str:
+        return self._digest.hex()
+
+
+# blobs below this stay in memory (scales, biases, norms: thousands of small files otherwise)
 SPILL_MIN_BYTES = 1 << 20
 
 
