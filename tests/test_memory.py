@@ -235,3 +235,38 @@ def test_release_skips_the_collection_for_a_small_model(monkeypatch):
     memory.release(memory.RELEASE_MIN_BYTES)
     memory.release()
     assert len(calls) == 2
+
+
+def test_release_forgets_the_source_of_graph_code_that_is_gone():
+    """torch.fx keeps the source of every forward it generates (and a linecache entry with a copy of its
+    globals) for the process's life; a conversion regenerates its graphs' code tens of thousands of times.
+    release() drops the entries of code that is gone (a freed module's, a recompiled module's old ones)
+    and keeps the code that still runs, whose traceback lines still read."""
+    import linecache
+
+    import torch.fx
+    from torch.fx.graph_module import _loader
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + 1
+
+    def current(module):
+        return type(module).forward.__code__.co_filename
+
+    kept = torch.fx.symbolic_trace(Net())
+    old = current(kept)
+    kept.recompile()
+    gone = torch.fx.symbolic_trace(Net())
+    gone_keys = [current(gone)]
+    for _ in range(5):
+        gone.recompile()
+        gone_keys.append(current(gone))
+    assert all(k in _loader.eval_cache for k in [old, current(kept), *gone_keys])
+    del gone
+
+    memory.release()
+
+    assert not [k for k in [old, *gone_keys] if k in _loader.eval_cache or k in linecache.cache]
+    assert current(kept) in _loader.eval_cache and "relu" in "".join(linecache.getlines(current(kept)))
+    assert torch.equal(kept(torch.tensor([-1.0, 2.0])), torch.tensor([1.0, 3.0]))

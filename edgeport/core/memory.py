@@ -111,20 +111,56 @@ RELEASE_MIN_BYTES = 64 << 20
 
 
 def release(weight_bytes: int | None = None) -> None:
-    """Give memory a finished phase no longer uses back to the system: collect cycles, then ``malloc_trim``.
+    """Give memory a finished phase no longer uses back to the system: collect cycles, drop the sources of
+    generated code now gone (:func:`forget_dead_graph_code`), then ``malloc_trim``.
     A conversion frees gigabytes in tensors of 4-32 MB, which glibc serves from its heap (below its mmap
     threshold): freed, they stay in the process's RSS until trimmed, under the next phase's peak.
     ``weight_bytes`` (the model's, when known): a small model skips it."""
     import ctypes
-    import gc
 
     if weight_bytes is not None and weight_bytes < RELEASE_MIN_BYTES:
         return
-    gc.collect()
+    collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim
         pass
+
+
+def collect() -> None:
+    """Collect cycles, then drop what torch.fx still keeps of the code that collection freed
+    (:func:`forget_dead_graph_code`): what every finished row leaves, in a process that runs many."""
+    import gc
+
+    gc.collect()
+    forget_dead_graph_code()
+
+
+def forget_dead_graph_code() -> int:
+    """Drop the Python source torch.fx keeps for every GraphModule it generated code for, once that code is gone;
+    the characters dropped.
+
+    torch.fx registers each generated ``forward`` in a private cache (``_loader.eval_cache``) and a lazy
+    ``linecache`` entry (with a copy of the code's globals) so tracebacks can show it, and never removes
+    them. A conversion regenerates its graphs' code at every pass and for every partition, tens of
+    thousands of times: the sources of graphs long freed stayed, 67 MB after ExecuTorch's dynamic-int8
+    conversion of a 23M-parameter model and about 1.3 GB at Qwen3-0.6B, under every later row and judge.
+    Code still alive (a function compiled from an entry: a live GraphModule's ``forward``) keeps its entry."""
+    import gc
+    import linecache
+    import sys
+    import types
+
+    loader = getattr(sys.modules.get("torch.fx.graph_module"), "_loader", None)
+    cache = getattr(loader, "eval_cache", None)
+    if not cache:
+        return 0
+    alive = {o.__code__.co_filename for o in gc.get_objects() if type(o) is types.FunctionType}
+    dropped = 0
+    for key in [k for k in cache if k not in alive]:
+        dropped += len(cache.pop(key))
+        linecache.cache.pop(key, None)
+    return dropped
 
 
 def available_memory() -> int:

@@ -9,7 +9,6 @@ the terminal carries edgeport's own lines.
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +141,7 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
     ``release_after_builds`` builds every row first, lets go of what only building needed (a generative
     model's programs: the weights once), then judges: the runtimes' own copies never sit beside them."""
     from edgeport.config import is_required
+    from edgeport.core.memory import collect
     from edgeport.pipeline.row import Row, build_row, judge_row, run_row
 
     task, rows, built = the_plan.task, [], []
@@ -153,7 +153,7 @@ def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]
             rows.append(run_row(*args).to_json())
         else:
             built.append((target, *build_row(*args)))
-        gc.collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
+        collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
     if task.release_after_builds is not None:
         task.release_after_builds(session, the_plan.rows)
         rows = [(judge_row(row, target, b, session, staging, task) if b is not None else row).to_json()
