@@ -144,7 +144,7 @@ def forget_dead_graph_code() -> int:
     ``linecache`` entry (with a copy of the code's globals) so tracebacks can show it, and never removes
     them. A conversion regenerates its graphs' code at every pass and for every partition, tens of
     thousands of times: the sources of graphs long freed stayed, 67 MB after ExecuTorch's dynamic-int8
-    conversion of a 23M-parameter model and about 1.3 GB at Qwen3-0.6B, under every later row and judge.
+    conversion of a 23M-parameter model and 1.4 GB at Qwen3-0.6B, under every later row and judge.
     Code still alive (a function compiled from an entry: a live GraphModule's ``forward``) keeps its entry."""
     import gc
     import linecache
