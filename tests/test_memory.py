@@ -270,3 +270,30 @@ def test_release_forgets_the_source_of_graph_code_that_is_gone():
     assert not [k for k in [old, *gone_keys] if k in _loader.eval_cache or k in linecache.cache]
     assert current(kept) in _loader.eval_cache and "relu" in "".join(linecache.getlines(current(kept)))
     assert torch.equal(kept(torch.tensor([-1.0, 2.0])), torch.tensor([1.0, 3.0]))
+
+
+def test_a_fleet_task_collects_after_itself(monkeypatch):
+    """Ray reuses a worker process for task after task: the fleet's tasks drop what a conversion left in
+    torch.fx's source cache when they end, and collect when they fail too."""
+    import torch.fx
+    from torch.fx.graph_module import _loader
+
+    from edgeport.fleet import tasks
+
+    keys = []
+
+    def convert_something(fail: bool):
+        module = torch.fx.symbolic_trace(torch.nn.ReLU())
+        keys.append(type(module).forward.__code__.co_filename)
+        if fail:
+            raise RuntimeError("the row failed")
+        return "done"
+
+    assert tasks.collected(convert_something)(False) == "done"
+    assert keys[0] not in _loader.eval_cache
+    calls = []
+    monkeypatch.setattr(memory, "collect", lambda: calls.append(1))
+    with pytest.raises(RuntimeError):
+        tasks.collected(convert_something)(True)
+    assert calls == [1]
+    assert tasks.run_row.__wrapped__ and tasks.export_model.__wrapped__

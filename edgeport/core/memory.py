@@ -136,9 +136,8 @@ def collect() -> None:
     forget_dead_graph_code()
 
 
-def forget_dead_graph_code() -> int:
-    """Drop the Python source torch.fx keeps for every GraphModule it generated code for, once that code is gone;
-    the characters dropped.
+def forget_dead_graph_code() -> None:
+    """Drop the Python source torch.fx keeps for every GraphModule it generated code for, once that code is gone.
 
     torch.fx registers each generated ``forward`` in a private cache (``_loader.eval_cache``) and a lazy
     ``linecache`` entry (with a copy of the code's globals) so tracebacks can show it, and never removes
@@ -154,13 +153,11 @@ def forget_dead_graph_code() -> int:
     loader = getattr(sys.modules.get("torch.fx.graph_module"), "_loader", None)
     cache = getattr(loader, "eval_cache", None)
     if not cache:
-        return 0
+        return
     alive = {o.__code__.co_filename for o in gc.get_objects() if type(o) is types.FunctionType}
-    dropped = 0
     for key in [k for k in cache if k not in alive]:
-        dropped += len(cache.pop(key))
+        del cache[key]
         linecache.cache.pop(key, None)
-    return dropped
 
 
 def available_memory() -> int:

@@ -11,12 +11,28 @@ directory, and return their own files' bytes for the driver to place.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+
+def collected(task):
+    """``task``, collecting after itself (:func:`edgeport.core.memory.collect`): Ray runs task after task in one
+    worker process, and what a conversion leaves in module-level state (torch.fx's generated sources) would
+    pile up model after model."""
+    @functools.wraps(task)
+    def run(*args):
+        from edgeport.core.memory import collect
+
+        try:
+            return task(*args)
+        finally:
+            collect()
+    return run
+
 
 def started(payload: dict, key: str) -> None:
     """Tell the driver's progress board this task (attempt) started; then the test-only crash hook."""
@@ -30,6 +46,7 @@ def started(payload: dict, key: str) -> None:
     test_crash(key)
 
 
+@collected
 def export_model(payload: dict):
     """Load and export one model, samples and reference: (meta, blob). ``meta["ok"]`` False names the
     stage (load or export) that failed and why; ``blob`` holds the files' bytes when shipping."""
@@ -77,6 +94,7 @@ def _blob(staging: Path) -> dict:
             "log": log.read_text(errors="replace") if log.is_file() else ""}
 
 
+@collected
 def run_row(payload: dict, spec: dict, blob: dict | None):
     """One row (:func:`edgeport.pipeline.task.run_task`); with a blob, on this node's own copy of the files."""
     from edgeport.pipeline.task import run_task

@@ -198,10 +198,9 @@ def run_task(spec: dict, progress=None) -> dict:
     steps to ``progress`` (the driver's, through the worker's pipe), if given."""
     import dataclasses
 
-    from edgeport.core.memory import collect
+    from edgeport.targets.registry import get_target
     from edgeport.core.proc import redirected
     from edgeport.pipeline.row import run_row
-    from edgeport.targets.registry import get_target
 
     if spec.get("schema") != SCHEMA:
         raise ValueError(f"not an {SCHEMA} task spec")
@@ -212,12 +211,9 @@ def run_task(spec: dict, progress=None) -> dict:
         session = dataclasses.replace(restore_session(spec), progress=progress)
         target = get_target(spec["target"])
         if spec.get("piece"):
-            result = run_piece(target, spec, session, work)
-        else:
-            result = run_row(target, spec["variant"], session, work, spec["budget"], spec["required"]).to_json()
-    del session
-    collect()   # a fleet's Ray worker runs task after task in one process
-    return json.loads(json.dumps(result, default=_json_default))
+            return json.loads(json.dumps(run_piece(target, spec, session, work), default=_json_default))
+        row = run_row(target, spec["variant"], session, work, spec["budget"], spec["required"])
+    return json.loads(json.dumps(row.to_json(), default=_json_default))
 
 
 def run_piece(target, spec: dict, session, work: Path) -> dict:
