@@ -58,7 +58,7 @@ def parse_size(text: str, what: str = "EDGEPORT_CACHE_MAX") -> int:
         number = float(value[: len(value) - len(unit)] if unit else value)
     except ValueError:
         number = -1
-    if number < 0:
+    if not number >= 0 or number == float("inf"):  # nan, inf: no size (int() of them is an internal error)
         raise UsageError(f"{what}={text!r}: expected a size such as 10G, 500M or a byte count")
     return int(number * UNITS[unit])
 

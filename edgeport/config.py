@@ -17,7 +17,6 @@ variant names come from the target registry, so a new target needs no change her
 
 from __future__ import annotations
 
-import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from edgeport.validate.parity import ALLOW_KEYS, BUDGET_KEYS, GATE_KEYS, LIST_KE
 BASELINE_DEFAULTS = {"error_factor": 2.0, "error_floor": 1e-6, "latency_factor": 1.5, "size_factor": 1.05}
 
 
+TOP_KEYS = ("budgets", "optional", "baseline")
 FILES_KEY = "_files"  # the config files read, kept with the config for the report
 
 
@@ -61,8 +61,13 @@ def _read_toml(path: Path, tool_table: bool) -> dict:
 
 
 def check_config(config: dict, where: str = "config") -> None:
-    """Every budget table names a known variant or target.variant and holds known keys with finite values,
-    and every ``optional`` entry names a known row: a typo must not silently leave a budget or row as it was."""
+    """Every key is known, every budget table names a known variant or target.variant and holds known keys
+    with values in range, every ``optional`` entry names a known row, and [baseline] holds known thresholds in
+    range: a typo must not silently leave a budget, row or threshold as it was."""
+    unknown = [k for k in config if k not in TOP_KEYS]
+    if unknown:
+        raise UsageError(f"unknown key {unknown[0]!r} in {where}; known: {', '.join(TOP_KEYS)}")
+    baseline_thresholds(config, where)
     tables = config.get("budgets", {})
     if not isinstance(tables, dict):
         raise UsageError(f"budgets in {where} must be tables like [budgets.VARIANT], got {tables!r}")
@@ -152,14 +157,12 @@ def _flag_bool(value: str, where: str) -> bool:
     return known[value.lower()]
 
 
-def _number(metric: str, value: float, where: str) -> float:
-    """A threshold must be finite (nan compares false with everything: a budget that gates nothing), and
-    ``topk`` a whole number >= 1."""
-    if not math.isfinite(value):
-        raise UsageError(f"bad {where}: {metric} must be a finite number, got {value}")
-    if metric == "topk" and (value < 1 or value != int(value)):
-        raise UsageError(f"bad {where}: topk must be a whole number >= 1, got {value:g}")
-    return float(value)
+def _number(metric: str, value, where: str) -> float:
+    """A threshold in its range (``edgeport.validate.limits``): finite (nan compares false with everything,
+    inf lets everything through: a budget that gates nothing), ``topk`` a whole number >= 1."""
+    from edgeport.validate.limits import check_number
+
+    return float(check_number(metric, value, f"bad {where}"))
 
 
 def _table_value(metric: str, value, where: str):
@@ -172,9 +175,7 @@ def _table_value(metric: str, value, where: str):
         return value
     if metric not in BUDGET_KEYS:
         raise UsageError(f"unknown budget key {metric!r} in {where}; known: {', '.join(KNOWN_KEYS)}")
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise UsageError(f"budget {metric} in {where} must be a number, got {value!r}")
-    return _number(metric, float(value), f"budget in {where}")
+    return _number(metric, value, f"budget in {where}")
 
 
 def budget_for(target: str, variant: str, config: dict, flags: list[tuple[tuple[str, ...], str, Any]],
@@ -217,12 +218,15 @@ def is_required(target: str, variant: str, config: dict) -> bool:
     return target not in optional and f"{target}.{variant}" not in optional
 
 
-def baseline_thresholds(config: dict) -> dict:
+def baseline_thresholds(config: dict, where: str = "config") -> dict:
+    """[baseline] over the defaults, each in its range (finite, factors >= 1: ``size_factor = inf`` would let any
+    growth through). A value looser than the default is listed LOOSENED in every rendering of the report."""
+    from edgeport.validate.limits import check_number
+
     table = config.get("baseline", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"[baseline] in {where} must be a table of KEY = VALUE, got {table!r}")
     unknown = [k for k in table if k not in BASELINE_DEFAULTS]
     if unknown:
-        raise UsageError(f"unknown key {unknown[0]!r} in [baseline]; known: {', '.join(BASELINE_DEFAULTS)}")
-    try:
-        return {**BASELINE_DEFAULTS, **{k: float(v) for k, v in table.items()}}
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"[baseline] thresholds must be numbers: {exc}") from exc
+        raise UsageError(f"unknown key {unknown[0]!r} in [baseline] in {where}; known: {', '.join(BASELINE_DEFAULTS)}")
+    return {**BASELINE_DEFAULTS, **{k: float(check_number(k, v, f"[baseline] in {where}")) for k, v in table.items()}}

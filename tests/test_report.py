@@ -178,6 +178,9 @@ def test_baseline_parity_growth_and_thresholds_from_config(tmp_path):
     result = run_cli("report", directory, "--baseline", tmp_path / "old.json", cwd=tmp_path)
     assert result.returncode == 1 and "parity error grew" in json.dumps(read_report(directory)["targets"][0]["regressions"])
     (tmp_path / "edgeport.toml").write_text("[baseline]\nerror_floor = 0.0\nerror_factor = 20\n")
+    assert run_cli("report", directory, "--baseline", tmp_path / "old.json", cwd=tmp_path).returncode == 1  # loosened
+    old["config"] = {"baseline_thresholds": {"error_factor": 20.0, "error_floor": 0.0}}  # ... unless the baseline ran so
+    (tmp_path / "old.json").write_text(json.dumps(old))
     assert run_cli("report", directory, "--baseline", tmp_path / "old.json", cwd=tmp_path).returncode == 0
 
 
@@ -201,7 +204,7 @@ def test_unknown_baseline_schema_exit_2(tmp_path):
 
 def test_convert_with_baseline_and_optional_target(tmp_path):
     """End to end: an optional row over budget does not fail the run; a baseline regression on a required one does."""
-    (tmp_path / "edgeport.toml").write_text('optional = ["onnx.dynamic-int8"]\n[budgets."onnx.dynamic-int8"]\nmax_abs_err = -1\n')
+    (tmp_path / "edgeport.toml").write_text('optional = ["onnx.dynamic-int8"]\n[budgets."onnx.dynamic-int8"]\nmax_abs_err = 0.0\n')
     first = tmp_path / "first"
     result = run_cli("convert", f"{MODELS}:mlp", "-t", "onnx", "-q", "dynamic-int8", "--out", first, "--no-latency",
                      "--no-localize", "--samples", "3", "--junit", "junit.xml", cwd=tmp_path)

@@ -26,6 +26,8 @@ def print_summary(report: dict, out: Path) -> None:
             typer.echo(printable(f"{r['target']} {r['variant']}: {text}"))
     for text in (report.get("baseline") or {}).get("notes") or []:
         typer.echo(printable(f"baseline: {text}"))
+    for text in (report.get("baseline") or {}).get("loosened") or []:
+        typer.echo(printable(f"baseline: REGRESSION: {text}"))
     from edgeport.validate.budget_audit import audit_lines
 
     for text in audit_lines(report):

@@ -137,21 +137,22 @@ def merged(defaults: dict, entry: dict) -> dict:
 
 
 def read_ray(table, where: str) -> RaySettings:
+    """[ray]: known keys, each in its range (``edgeport.validate.limits``: ``cpus_per_task = nan`` or ``inf``
+    would reach Ray as a request no node can meet)."""
     from edgeport.cache import parse_size
+    from edgeport.validate.limits import check_number
 
     table = _table(table, f"{where}: [ray]")
+    values = {}
     for key, value in table.items():
         if key not in RAY_KEYS:
             raise UsageError(f"{where}: [ray]: unknown key {key!r} (known: {', '.join(RAY_KEYS)})")
         if not isinstance(value, RAY_KEYS[key]) or isinstance(value, bool):
             raise UsageError(f"{where}: [ray]: {key} has the wrong type ({value!r})")
-    settings = RaySettings(**{k: v for k, v in table.items() if k != "memory_per_task"})
-    if "memory_per_task" in table:
-        memory = parse_size(table["memory_per_task"], f"{where}: [ray] memory_per_task")
-        settings = RaySettings(settings.cpus_per_task, memory, settings.max_retries)
-    if settings.cpus_per_task <= 0 or settings.max_retries < 0 or settings.memory_per_task <= 0:
-        raise UsageError(f"{where}: [ray]: cpus_per_task and memory_per_task must be > 0, max_retries >= 0")
-    return settings
+        if key == "memory_per_task":
+            value = parse_size(value, f"{where}: [ray] memory_per_task")
+        values[key] = check_number(key, value, f"{where}: [ray]")
+    return RaySettings(**values)
 
 
 def resolve_spec(spec: str, base: Path) -> str:

@@ -52,8 +52,10 @@ def export_model(payload: dict):
     stage (load or export) that failed and why; ``blob`` holds the files' bytes when shipping."""
     from edgeport.diagnostics import first_line
     from edgeport.errors import ExportFailed, UsageError
+    from edgeport.config import load_config, parse_budget_flags
     from edgeport.targets.registry import get_target
     from edgeport.pipeline import task
+    from edgeport.pipeline.tasks import get_task
     from edgeport.pipeline.plan import load_user_decompositions
     from edgeport.core.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, prepare
@@ -67,7 +69,9 @@ def export_model(payload: dict):
         with redirected(staging / RUN_LOG):
             rows = [(get_target(t), v) for t, v in payload["rows"]]   # also what the pre-flight check weighs
             the_plan = SimpleNamespace(decompositions=load_user_decompositions(opts.source.decompositions),
-                                       fallback=parse_policy(opts.fallback, opts.fallback_max), rows=rows)
+                                       fallback=parse_policy(opts.fallback, opts.fallback_max), rows=rows,
+                                       config=load_config(opts.judge.config), task=get_task("forward"),
+                                       budget_flags=parse_budget_flags(opts.judge.budgets))  # budgets vs outputs
             try:
                 prepared = prepare(staging, opts, the_plan, lambda _m: None, timings)
             except ExportFailed as exc:

@@ -50,6 +50,7 @@ def plan(opts: ConvertOptions) -> Plan:
     for target in targets:
         target.validate_options(opts.target_options)
     check_dynamic(opts.source.dynamic)
+    check_source_numbers(opts.source)
     check_judge(opts.judge)
     check_run(opts)
     rows = generation.rows if generation else \
@@ -108,7 +109,16 @@ def check_dynamic(dynamic) -> None:
         raise UsageError(f"--dynamic {unknown[0]!r} is not supported; supported: {', '.join(DYNAMIC_DIMS)}")
 
 
+def check_source_numbers(source) -> None:
+    from edgeport.validate.limits import check_number
+
+    check_number("seq_len", source.seq_len, "--seq-len")
+
+
 def check_judge(judge: JudgeOptions) -> None:
+    from edgeport.validate.limits import check_number
+
+    check_number("seed", judge.seed, "--seed")
     if judge.threads != "auto" and (not isinstance(judge.threads, int) or judge.threads < 1):
         raise UsageError(f"--threads must be a number >= 1 or 'auto', got {judge.threads!r}")
     from edgeport.validate.data import check_sample_count

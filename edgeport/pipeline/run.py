@@ -81,6 +81,7 @@ def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, t
                                                        preflight=lambda m: preflight(m, opts, the_plan, workers))
     save_program(program, staging / "exported.pt2")
     signature = signature_of(program, loaded.input_names)
+    check_budgets_apply(the_plan, signature)
     program_id = fingerprint(program, signature)
     if workers and opts.judge.latency:
         from edgeport.pipeline.workers import wait_ready
@@ -89,6 +90,16 @@ def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, t
     with timed(timings, "reference"):
         session = start_session(loaded, program, signature, opts, the_plan, module_rewrites, progress, program_id)
     return Prepared(session, signature, {"params": param_count(program), **program_id}, timings)
+
+
+def check_budgets_apply(the_plan, signature) -> None:
+    """Budgets that depend on the program's outputs (``topk_outputs``, a gated top-k agreement) are checked
+    against them as soon as they are known, before any conversion: exit 2, not a gate that checks nothing."""
+    from edgeport.validate.budget_audit import check_applies
+
+    outputs = [(o.name, o.shape, o.dtype) for o in signature.outputs]
+    for target, variant in the_plan.rows:
+        check_applies(_budget(the_plan, target, variant), outputs, f"budget of {target.name}.{variant}")
 
 
 def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timings: dict) -> dict:

@@ -123,6 +123,20 @@ def _budget_loosened(row: dict, old: dict) -> list[str]:
     return loosened(new_budget, reference) if isinstance(reference, dict) else []
 
 
+def thresholds_loosened(report: dict, baseline: dict) -> list[str]:
+    """[baseline] thresholds looser than the ones the baseline's own run recorded (or than the defaults): like a
+    loosened budget, a regression of its own, so a pull request cannot widen ``size_factor`` to pass its growth."""
+    from edgeport.validate.budget_audit import THRESHOLDS_KEY, threshold_changes
+
+    now = report.get("config") if isinstance(report.get("config"), dict) else {}
+    then = baseline.get("config") if isinstance(baseline.get("config"), dict) else {}
+    recorded = then.get(THRESHOLDS_KEY) if isinstance(then.get(THRESHOLDS_KEY), dict) else {}
+    defaults = now.get("baseline_defaults") if isinstance(now.get("baseline_defaults"), dict) else {}
+    reference = {**defaults, **{k: v for k, v in recorded.items() if k in defaults}}
+    return [f"baseline threshold loosened: {c['key']} {c['from']:g} -> {c['to']:g}"
+            for c in threshold_changes(now.get(THRESHOLDS_KEY), reference) if c["direction"] == "loosened"]
+
+
 def comparability(report: dict, baseline: dict) -> tuple[bool, list[str]]:
     """(comparable, notes). Rows compare only when the program takes and gives the same tensors; a changed
     graph or weights (the usual CI case) and a different machine are said, not refused."""
@@ -163,10 +177,12 @@ def apply_baseline(report: dict, baseline: dict, thresholds: dict, source: str) 
         old = old_rows.get((row["target"], row["variant"]))
         row["regressions"] = row_regressions(row, old, thresholds, latency) if old else []
         count += len(row["regressions"]) if row.get("required", True) else 0
+    loosened = thresholds_loosened(report, baseline)
+    count += len(loosened)
     keys_now = {(r["target"], r["variant"]) for r in report["targets"]}
     report["baseline"] = {
         "source": source, "edgeport_version": baseline.get("edgeport_version"), "thresholds": thresholds,
-        "regressions": count, "comparable": comparable, "notes": notes,
+        "regressions": count, "comparable": comparable, "notes": notes, "loosened": loosened,
         "new_rows": sorted(f"{t}[{v}]" for t, v in keys_now - set(old_rows)),
         "missing_rows": sorted(f"{t}[{v}]" for t, v in set(old_rows) - keys_now),
     }

@@ -16,10 +16,11 @@ A budget is what decides pass or fail, and it comes from files a pull request ca
 from __future__ import annotations
 
 from edgeport.errors import UsageError
+from edgeport.validate.limits import direction, is_vacuous
 from edgeport.validate.parity import BUDGET_KEYS, GATE_KEYS, gates
 
-HIGHER_IS_LOOSER = ("max_abs_err", "max_rel_err", "topk")  # the others (*_min) loosen when lowered
 TOKEN_KEY = "token_agreement_min"
+TOPK_KEY = "topk_agreement_min"
 
 
 def check_budget(budget: dict, label: str, generative: bool = False) -> None:
@@ -31,12 +32,41 @@ def check_budget(budget: dict, label: str, generative: bool = False) -> None:
         if unset:
             raise UsageError(f"{label}: gate names {unset[0]!r}, which this budget does not set (it would gate "
                              f"nothing on it); set {unset[0]} too or gate on one of: {', '.join(_set_keys(budget))}")
-    active = [k for k in GATE_KEYS if gates(budget, k)]
-    if generative and (gate is None or TOKEN_KEY in gate):
+    if not generative and gates(budget, TOKEN_KEY):
+        raise UsageError(f"{label}: {TOKEN_KEY} judges generated tokens (--task text-generation); this row "
+                         "generates none, so it would gate nothing")
+    if gates(budget, TOPK_KEY) and budget.get("topk_outputs") == []:
+        raise UsageError(f"{label}: {TOPK_KEY} is gated but topk_outputs = [] names no output (it would gate nothing)")
+    active = [k for k in GATE_KEYS if gates(budget, k) and not is_vacuous(k, budget[k])]
+    if generative and (gate is None or TOKEN_KEY in gate) and not is_vacuous(TOKEN_KEY, budget.get(TOKEN_KEY)):
         active.append(TOKEN_KEY)
     if not active:
         raise UsageError(f"{label}: this budget gates nothing (gate = {list(gate or [])!r}), so every artifact "
                          f"would pass; gate on at least one of: {', '.join(_set_keys(budget)) or ', '.join(GATE_KEYS)}")
+
+
+def check_applies(budget: dict, outputs, label: str) -> None:
+    """Once the program's outputs are known (before any conversion): ``topk_outputs`` names outputs the
+    model has, and a gated top-k agreement applies to at least one output (a float one with a class axis
+    last), else it would gate nothing. ``outputs``: (name, shape, dtype) of each output."""
+    names = [name for name, _shape, _dtype in outputs]
+    unknown = [n for n in budget.get("topk_outputs") or [] if n not in names]
+    if unknown:
+        raise UsageError(f"{label}: topk_outputs names {unknown[0]!r}, which the model does not output; "
+                         f"its outputs: {', '.join(names) or 'none'}")
+    if not gates(budget, TOPK_KEY) or is_vacuous(TOPK_KEY, budget[TOPK_KEY]):
+        return
+    ranked = [n for n, shape, dtype in outputs if _ranks_classes(shape, dtype)]
+    if "topk_outputs" in budget:
+        ranked = [n for n in names if n in budget["topk_outputs"]]
+    if not ranked:
+        raise UsageError(f"{label}: {TOPK_KEY} is gated but no output of the model has a class axis to rank "
+                         f"(outputs: {', '.join(names) or 'none'}); it would gate nothing")
+
+
+def _ranks_classes(shape, dtype: str) -> bool:
+    """What parity's top-k judges by default: a float output whose last axis has >= 2 entries."""
+    return "float" in str(dtype) and len(shape) >= 1 and (shape[-1] == -1 or shape[-1] >= 2)  # -1: dynamic
 
 
 def _set_keys(budget: dict) -> list[str]:
@@ -56,20 +86,13 @@ def budget_changes(budget: dict, reference: dict) -> list[dict]:
     found = []
     for key in BUDGET_KEYS:
         old, new = reference.get(key), budget.get(key)
-        if old == new:
-            continue
-        if new is None or old is None:  # unset: that metric stops gating; newly set: it starts
-            direction = "loosened" if new is None else "tightened"
-        elif not (_is_number(old) and _is_number(new)):
-            direction = "changed"
-        else:
-            direction = "loosened" if (new > old) == (key in HIGHER_IS_LOOSER) else "tightened"
-        found.append({"key": key, "from": old, "to": new, "direction": direction})
+        if old != new:  # unset: that metric stops gating; newly set: it starts (unless it can never fail)
+            found.append({"key": key, "from": old, "to": new, "direction": direction(key, old, new)})
     before = {k for k in GATE_KEYS if gates(reference, k)}
     after = {k for k in GATE_KEYS if gates(budget, k)}
     if budget.get("gate") != reference.get("gate") and before != after:
-        direction = "loosened" if before - after else "tightened"
-        found.append({"key": "gate", "from": sorted(before), "to": sorted(after), "direction": direction})
+        found.append({"key": "gate", "from": sorted(before), "to": sorted(after),
+                      "direction": "loosened" if before - after else "tightened"})
     for key in ("allow_empty", "allow_nonfinite_reference"):
         if bool(budget.get(key)) != bool(reference.get(key)):
             found.append({"key": key, "from": bool(reference.get(key)), "to": bool(budget.get(key)),
@@ -86,9 +109,14 @@ def loosened(budget: dict, reference: dict) -> list[str]:
             if c["direction"] == "loosened"]
 
 
+THRESHOLDS_KEY = "baseline_thresholds"  # report["config"]: the [baseline] thresholds, beside baseline_defaults
+
+
 def audit(report: dict) -> dict:
-    """{files, budgets_changed}: the config files the run read and every row budget that differs from the
-    built-in default, recomputed from the rows (a hand-edited summary cannot hide a loosened budget)."""
+    """{files, budgets_changed, baseline_thresholds, baseline_defaults, thresholds_changed}: the config files
+    the run read, every row budget that differs from the built-in default (recomputed from the rows: a
+    hand-edited summary cannot hide a loosened budget) and every [baseline] threshold that differs from its
+    default."""
     changed = []
     for row in report.get("targets") or []:
         budget = (row.get("parity") or {}).get("budget") if isinstance(row, dict) else None
@@ -98,19 +126,32 @@ def audit(report: dict) -> dict:
                 [{"key": "builtin", "from": "recorded", "to": None, "direction": "loosened"}]
             for change in changes:
                 changed.append({"target": row.get("target"), "variant": row.get("variant"), **change})
-    files = (report.get("config") or {}).get("files") if isinstance(report.get("config"), dict) else None
-    return {"files": [str(f) for f in files] if isinstance(files, list) else [], "budgets_changed": changed}
+    config = report.get("config") if isinstance(report.get("config"), dict) else {}
+    files = config.get("files")
+    thresholds, defaults = config.get(THRESHOLDS_KEY), config.get("baseline_defaults")
+    kept = {THRESHOLDS_KEY: thresholds, "baseline_defaults": defaults} if isinstance(thresholds, dict) else {}
+    return {"files": [str(f) for f in files] if isinstance(files, list) else [], "budgets_changed": changed,
+            **kept, "thresholds_changed": threshold_changes(thresholds, defaults)}
+
+
+def threshold_changes(thresholds, reference) -> list[dict]:
+    """Each [baseline] threshold that differs from ``reference`` (the defaults, or a baseline's own)."""
+    if not isinstance(thresholds, dict) or not isinstance(reference, dict):
+        return []
+    return [{"key": k, "from": reference.get(k), "to": v, "direction": direction(k, reference.get(k), v)}
+            for k, v in thresholds.items() if v != reference.get(k)]
 
 
 def audit_lines(report: dict) -> list[str]:
-    """The audit as text lines for the terminal, report.md and JUnit properties."""
+    """The audit as text lines for the terminal, report.md, report.html and JUnit properties."""
     info = audit(report)
     lines = [f"config: {', '.join(info['files']) if info['files'] else 'none read (built-in budgets)'}"]
     for c in info["budgets_changed"]:
-        mark = c["direction"].upper() if c["direction"] == "loosened" else c["direction"]
-        lines.append(f"budget {c['target']}[{c['variant']}] {c['key']}: {c['from']} -> {c['to']} ({mark})")
+        lines.append(f"budget {c['target']}[{c['variant']}] {c['key']}: {c['from']} -> {c['to']} ({_mark(c)})")
+    for c in info["thresholds_changed"]:
+        lines.append(f"baseline threshold {c['key']}: {c['from']} -> {c['to']} ({_mark(c)})")
     return lines
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _mark(change: dict) -> str:
+    return change["direction"].upper() if change["direction"] == "loosened" else change["direction"]

@@ -78,6 +78,7 @@ def samples_line(report: dict) -> str | None:
 def messages(report: dict) -> list[tuple[str, str]]:
     """(row label, text) for every error, regression and note: what a reader must see below the table."""
     out = [("baseline", text) for text in (report.get("baseline") or {}).get("notes") or []]
+    out += [("baseline", f"REGRESSION: {text}") for text in (report.get("baseline") or {}).get("loosened") or []]
     for r in report["targets"]:
         optional = r.get("required") is False and r["status"] != "ok"
         label = f"{r['target']} {r['variant']}" + (" (optional: does not fail the run)" if optional else "")
@@ -166,6 +167,13 @@ def xml_text(text: str) -> str:
     return clean(str(text))
 
 
+def run_regressions(report: dict) -> list[str]:
+    """Regressions of the run rather than of a row: a baseline of another model, loosened thresholds."""
+    baseline = report.get("baseline") or {}
+    found = [f"regression: {t}" for t in baseline.get("loosened") or []]
+    return found + (["regression: the baseline is not comparable"] if baseline and baseline.get("comparable") is False else [])
+
+
 def render_junit(report: dict) -> str:
     """One testcase per target × variant, mirroring the exit code: a required row that is not ok (failed, or
     skipped for a missing dependency) or regressed is a <failure> carrying the error and regressions; an
@@ -177,15 +185,17 @@ def render_junit(report: dict) -> str:
     from edgeport.validate.budget_audit import audit_lines
 
     proved_nothing = not failing and not any(r["status"] == "ok" for r in cases)  # no row passed: no pass
-    suite = ET.Element("testsuite", name="edgeport", tests=str(len(cases) + proved_nothing),
-                       failures=str(len(failing) + proved_nothing), skipped=str(len(optional_bad)))
+    run_level = run_regressions(report)
+    verdict_case = bool(proved_nothing or run_level)
+    suite = ET.Element("testsuite", name="edgeport", tests=str(len(cases) + verdict_case),
+                       failures=str(len(failing) + verdict_case), skipped=str(len(optional_bad)))
     properties = ET.SubElement(suite, "properties")
     for i, line in enumerate(audit_lines(report)):
         ET.SubElement(properties, "property", name=f"edgeport.config.{i}", value=xml_text(line))
-    if proved_nothing:
-        text = "no row passed: a run that proved nothing is not a pass"
+    if proved_nothing or run_level:
+        text = "; ".join(["no row passed: a run that proved nothing is not a pass"] * proved_nothing + run_level)
         ET.SubElement(ET.SubElement(suite, "testcase", classname="edgeport", name="verdict"), "failure",
-                      message=text).text = text
+                      message=xml_text(text)).text = xml_text(text)
     for r in cases:
         case = ET.SubElement(suite, "testcase", classname=xml_text(f"edgeport.{r['target']}"),
                              name=xml_text(f"{r['target']}[{r['variant']}]"), time=str(r.get("convert_seconds") or 0))

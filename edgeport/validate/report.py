@@ -35,13 +35,20 @@ def build_report(spec: str, params: int | None, rows: list[dict], reference_late
 
 def finish_report(report: dict, baseline=None, config: dict | None = None) -> dict:
     """Apply the baseline (if any) and set the verdict: the one place ``passed`` is decided. ``config``
-    (as loaded): the report names the files it came from and every budget that differs from the default."""
-    from edgeport.config import FILES_KEY
+    (as loaded): the report names the files it came from, the [baseline] thresholds it would judge a baseline
+    by, and every budget or threshold that differs from the default."""
+    from edgeport.config import BASELINE_DEFAULTS, FILES_KEY, baseline_thresholds
     from edgeport.validate.baseline import apply_baseline
-    from edgeport.validate.budget_audit import audit
+    from edgeport.validate.budget_audit import THRESHOLDS_KEY, audit
 
+    stored = report.get("config") if isinstance(report.get("config"), dict) else {}
     if config is not None:
-        report["config"] = {"files": list(config.get(FILES_KEY, []))}
+        stored = {"files": list(config.get(FILES_KEY, [])), THRESHOLDS_KEY: baseline_thresholds(config)}
+    if baseline is not None:  # the thresholds this run judges its baseline by
+        stored = {**stored, THRESHOLDS_KEY: dict(baseline.thresholds)}
+    if isinstance(stored.get(THRESHOLDS_KEY), dict):
+        stored = {**stored, THRESHOLDS_KEY: {**stored[THRESHOLDS_KEY]}, "baseline_defaults": dict(BASELINE_DEFAULTS)}
+    report["config"] = stored
     report["config"] = audit(report)
     if baseline is not None:
         apply_baseline(report, baseline.report, baseline.thresholds, baseline.source)

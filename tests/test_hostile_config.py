@@ -1,0 +1,134 @@
+"""Issue 33, item 4: every threshold a file can set is finite, checked and shown.
+
+Hostile class ``config``: a pull request's ``edgeport.toml`` / ``fleet.toml`` must not be able to switch the
+gate off (non-finite or out-of-range values are exit 2 before any work), nor loosen it unseen (looser than
+the default is listed LOOSENED in the terminal, report.md, report.html and JUnit, and looser than the
+baseline's own run is a regression), nor gate on a metric that applies to no output."""
+
+import json
+
+import pytest
+
+from conftest import REPO, read_report, run_cli
+
+MODELS = REPO / "tests" / "models.py"
+FAST = ("-t", "onnx", "--samples", "1", "--no-latency", "--no-localize")
+
+
+def _shrunk_baseline(directory, tmp_path, factor: float, thresholds: dict | None = None):
+    """The directory's report as a baseline whose artifacts were ``factor`` times smaller."""
+    report = json.loads((directory / "report.json").read_text())
+    for row in report["targets"]:
+        row["size_bytes"] = int(row["size_bytes"] / factor)
+    if thresholds is not None:
+        report["config"]["baseline_thresholds"] = thresholds
+    (tmp_path / "base.json").write_text(json.dumps(report))
+    return tmp_path / "base.json"
+
+
+@pytest.mark.parametrize("line", ["size_factor = inf", "error_factor = nan", "latency_factor = inf",
+                                  "size_factor = 0.5", "error_floor = -1.0", 'size_factor = "4"'])
+def test_config_baseline_threshold_out_of_range_is_exit_2(fresh, tmp_path, line):
+    (tmp_path / "edgeport.toml").write_text(f"[baseline]\n{line}\n")
+    base = _shrunk_baseline(fresh, tmp_path, 3.8)
+    result = run_cli("report", fresh, "--baseline", base, "--config", tmp_path / "edgeport.toml")
+    assert result.returncode == 2, result.stdout + result.stderr
+    key = line.split(" ")[0]
+    assert key in result.stderr and "[baseline]" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    # and a convert is refused before any work, --baseline or not: the file is checked when read
+    result = run_cli("convert", f"{MODELS}:mlp", "--out", tmp_path / "out", *FAST, cwd=tmp_path)
+    assert result.returncode == 2 and key in result.stderr, result.stdout + result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_config_loosened_baseline_threshold_is_shown_and_is_a_regression(fresh, tmp_path):
+    (tmp_path / "edgeport.toml").write_text("[baseline]\nsize_factor = 4.0\nlatency_factor = 1.2\n")
+    base = _shrunk_baseline(fresh, tmp_path, 3.8)
+    result = run_cli("report", fresh, "--baseline", base, "--config", tmp_path / "edgeport.toml",
+                     "--format", "md", "--format", "html", "--format", "junit")
+    assert result.returncode == 1, result.stdout + result.stderr  # looser than the default the baseline ran with
+    report = read_report(fresh)
+    changes = {c["key"]: c["direction"] for c in report["config"]["thresholds_changed"]}
+    assert changes == {"size_factor": "loosened", "latency_factor": "tightened"}
+    assert report["baseline"]["loosened"] == ["baseline threshold loosened: size_factor 1.05 -> 4"]
+    for text in (result.stdout, (fresh / "report.md").read_text(), (fresh / "report.html").read_text(),
+                 (fresh / "junit.xml").read_text()):
+        assert "baseline threshold size_factor: 1.05 -" in text and "4.0 (LOOSENED)" in text
+    assert 'name="verdict"' in (fresh / "junit.xml").read_text()
+
+
+def test_config_threshold_recorded_by_the_baseline_run_is_not_a_regression_but_still_shown(fresh, tmp_path):
+    (tmp_path / "edgeport.toml").write_text("[baseline]\nsize_factor = 4.0\n")
+    recorded = {"error_factor": 2.0, "error_floor": 1e-6, "latency_factor": 1.5, "size_factor": 4.0}
+    base = _shrunk_baseline(fresh, tmp_path, 3.8, recorded)
+    result = run_cli("report", fresh, "--baseline", base, "--config", tmp_path / "edgeport.toml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "LOOSENED" in result.stdout and "size_factor" in result.stdout
+    # without the loosening, the same 3.8x growth is a regression
+    result = run_cli("report", fresh, "--baseline", base)
+    assert result.returncode == 1 and "bigger" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("toml,needle", [
+    ('[budgets.fp32]\ngate = ["topk_agreement_min"]\ntopk_agreement_min = 0.9\ntopk_outputs = []\n', "topk_outputs = []"),
+    ('[budgets.fp32]\ngate = ["topk_agreement_min"]\ntopk_agreement_min = 0.0\n', "gates nothing"),
+    ('[budgets.fp32]\ngate = ["cosine_min"]\ncosine_min = -1.0\n', "gates nothing"),
+    ('[budgets.fp32]\ntoken_agreement_min = 0.9\ngate = ["token_agreement_min"]\n', "generates none"),
+    ('[budgets.fp32]\ncosine_min = 1.5\n', "cosine_min must be a finite number >= -1 and <= 1"),
+    ('[budgets.fp32]\nmax_rel_err = -0.1\n', "max_rel_err must be"),
+    ('[budgets.fp32]\ntopk = 1e9\n', "topk must be a whole number"),
+    ('[baselin]\nsize_factor = 9\n', "unknown key 'baselin'"),
+    ('baseline = 3\n', "[baseline] in edgeport.toml must be a table"),
+])
+def test_config_value_that_gates_nothing_or_is_out_of_range_is_exit_2(tmp_path, toml, needle):
+    (tmp_path / "edgeport.toml").write_text(toml)
+    result = run_cli("convert", f"{MODELS}:mlp", "--out", tmp_path / "out", *FAST, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("toml,needle", [
+    ('[budgets.fp32]\ntopk_agreement_min = 0.9\ntopk_outputs = ["logits"]\n', "topk_outputs names 'logits'"),
+    ('[budgets.fp32]\ntopk_agreement_min = 0.9\n', "no output of the model has a class axis"),
+])
+def test_config_topk_that_applies_to_no_output_is_exit_2_before_conversion(tmp_path, toml, needle):
+    """Known only once the program's outputs are (after the export, before any target converts)."""
+    (tmp_path / "m.py").write_text("import torch\n"
+                                   "class M(torch.nn.Module):\n"
+                                   "    def forward(self, x):\n        return x.sum(-1, keepdim=True)\n"
+                                   "def build():\n    return M(), (torch.randn(2, 8),)\n")
+    (tmp_path / "edgeport.toml").write_text(toml)
+    result = run_cli("convert", f"{tmp_path / 'm.py'}:build", "--out", tmp_path / "out", *FAST, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stderr and "output_0" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists() and "onnx fp32" not in result.stderr
+
+
+def test_config_topk_agreement_zero_is_never_shown_as_tightened():
+    from edgeport.validate.budget_audit import budget_changes
+
+    changes = budget_changes({"cosine_min": 0.9, "topk_agreement_min": 0.0}, {"cosine_min": 0.9})
+    assert changes == [{"key": "topk_agreement_min", "from": None, "to": 0.0, "direction": "no effect"}]
+    changes = budget_changes({"cosine_min": -1.0}, {"cosine_min": 0.9})
+    assert changes[0]["direction"] == "loosened"
+
+
+@pytest.mark.parametrize("ray,needle", [("cpus_per_task = nan", "cpus_per_task"), ("cpus_per_task = inf", "cpus_per_task"),
+                                        ("max_retries = 100000", "max_retries")])
+def test_config_fleet_ray_value_out_of_range_is_exit_2(tmp_path, ray, needle):
+    (tmp_path / "fleet.toml").write_text(f'[[model]]\nname = "a"\nspec = "{MODELS}:mlp"\ntargets = ["onnx"]\n'
+                                         f"[ray]\n{ray}\n")
+    result = run_cli("fleet", "fleet.toml", "--out", tmp_path / "out", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("key,value", [("seed", -1), ("seq_len", 0), ("samples", 0)])
+def test_config_fleet_counts_out_of_range_are_exit_2(tmp_path, key, value):
+    (tmp_path / "fleet.toml").write_text(f'[[model]]\nname = "a"\nspec = "{MODELS}:mlp"\ntargets = ["onnx"]\n'
+                                         f"{key} = {value}\n")
+    result = run_cli("fleet", "fleet.toml", "--out", tmp_path / "out", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("--" + key.replace("_", "-") in result.stderr or key in result.stderr) and "Traceback" not in result.stderr
