@@ -5,10 +5,12 @@ within a bounded time)."""
 
 import hashlib
 import json
+import os
 import shutil
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -358,3 +360,43 @@ def test_progress_view_live_on_a_terminal_lines_in_a_log():
     lines = log.lines.file.getvalue().splitlines()
     assert lines == ["edgeport fleet: a/export done", "edgeport fleet: a/onnx/fp32 running", "edgeport fleet: b/export queued",
                      "edgeport fleet: c/export failed", "edgeport fleet: a/onnx/fp32 done"]
+
+
+def test_fleet_with_a_150_character_out_keeps_ray_sockets_short(tmp_path):
+    """Issue 33 item 5 (hostile class ``fleet-paths``): Ray's session folder (its unix sockets) is a private
+    short-named folder under the runtime dir, whatever ``--out`` (150 characters here) and TMPDIR (a CI
+    runner's deep one) are, removed at the end; its logs land in OUT/ray-logs."""
+    import tempfile
+
+    runtime = tempfile.mkdtemp(prefix="t", dir="/tmp")   # XDG_RUNTIME_DIR: what the run leaves there is seen
+    deep_tmp = tmp_path / ("t" * 40)
+    deep_tmp.mkdir()
+    out = tmp_path / "w"
+    out = out / ("d" * (150 - len(str(out)) - 1))
+    assert len(str(out)) == 150
+    (tmp_path / "fleet.toml").write_text(f'[[model]]\nname = "mlp"\nspec = "{REPO / "tests" / "models.py"}:mlp"\n'
+                                         'targets = ["onnx"]\nsamples = 1\nlatency = false\nlocalize = false\n')
+    env = {**os.environ, "TMPDIR": str(deep_tmp), "XDG_RUNTIME_DIR": runtime}
+    try:
+        result = run_cli("fleet", "fleet.toml", "--out", out, cwd=tmp_path, env=env, fresh=True, timeout=900)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads((out / "fleet.json").read_text())["passed"] and (out / "ray-logs").is_dir()
+        assert os.listdir(runtime) == [] and not [p for p in os.listdir(out) if "ray-" in p and p != "ray-logs"]
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_ray_session_folder_is_private_short_and_outside_out(tmp_path, monkeypatch):
+    from edgeport.fleet.cluster import SOCKET_PATH_MAX, SOCKET_PATH_ROOM, local_base
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")   # what local_base sets, undone after the test
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 64)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / ("x" * 120)))  # a temp dir too deep: /tmp instead
+    (tmp_path / ("x" * 120)).mkdir()
+    base = local_base(tmp_path / ("o" * 150))
+    try:
+        assert base.parent == Path("/tmp") and len(str(base)) + SOCKET_PATH_ROOM <= SOCKET_PATH_MAX
+        assert (base.stat().st_mode & 0o777) == 0o700
+    finally:
+        base.rmdir()

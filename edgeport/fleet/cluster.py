@@ -3,7 +3,8 @@ a bounded time.
 
 A local instance is quiet and leaves nothing behind: token authentication with a fresh token passed through
 the environment (Ray would otherwise write one into the user's home directory), no usage statistics, no
-dashboard, its session files in a temporary directory whose logs end up in ``OUT/ray-logs``, one CPU per
+dashboard, its session files in a private short-named temporary directory (socket paths have 107 bytes,
+whatever ``--out`` is) removed at the end, its logs copied to ``OUT/ray-logs``, one CPU per
 core and a capped object store. A cluster address is checked with a plain TCP connect first (refused or
 unknown hosts fail at once) and then joined with Ray's connect timeouts shortened, so an address where no
 Ray answers is exit 2 within ~20 s instead of Ray's retries for many minutes.
@@ -23,7 +24,8 @@ from pathlib import Path
 from edgeport.errors import UsageError
 
 CONNECT_SECONDS = 5
-SOCKET_PATH_ROOM = 60          # Ray puts sockets ~60 characters below its temp dir; unix sockets allow 107
+SOCKET_PATH_ROOM = 70          # Ray's sockets: /session_<date>_<time>_<us>_<pid>/sockets/plasma_store (~66 characters)
+SOCKET_PATH_MAX = 107          # bytes a unix socket path may have (Linux)
 
 
 def check_ray_installed() -> None:
@@ -65,20 +67,34 @@ def ray_cluster(address: str | None, out: Path, code_dir: Path):
         _quiet_driver(ray)
         yield ray
     finally:
-        if "ray" in locals() and ray.is_initialized():
-            ray.shutdown()
-        if base is not None:
-            _keep_logs(base, out / "ray-logs")
+        try:
+            if "ray" in locals() and ray.is_initialized():
+                ray.shutdown()
+        finally:  # also when shutting down failed or was interrupted (SIGTERM unwinds as Terminated)
+            if base is not None:
+                _keep_logs(base, out / "ray-logs")
 
 
 def local_base(out: Path) -> Path:
-    """The local instance's session directory, under the run (or a short temp dir: socket paths), and its
-    authentication token, in this process's environment only (inherited by Ray's processes)."""
+    """The local instance's session directory: a private (0700) folder with a short name under the system's
+    runtime or temp directory, whatever ``--out`` is (Ray's sockets live ~70 characters below it and a unix
+    socket path has 107 bytes; a CI checkout's ``--out`` is deeper than that). Removed when the fleet ends,
+    its logs copied into ``OUT/ray-logs``. The authentication token lives in this process's environment
+    only (inherited by Ray's processes)."""
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     out.mkdir(parents=True, exist_ok=True)
-    parent = out if len(str(out.resolve())) + SOCKET_PATH_ROOM < 100 else None
-    return Path(tempfile.mkdtemp(prefix=".ray-" if parent else "edgeport-ray-", dir=parent))
+    for parent in _short_dirs():
+        if len(parent) + len("/ep-12345678") + SOCKET_PATH_ROOM <= SOCKET_PATH_MAX:
+            return Path(tempfile.mkdtemp(prefix="ep-", dir=parent))  # mode 0700, a name nobody else has
+    raise UsageError(f"no directory short enough for Ray's sockets (TMPDIR={tempfile.gettempdir()!r} is too deep "
+                     "and /tmp is not writable): set TMPDIR to a short path")
+
+
+def _short_dirs() -> list[str]:
+    """Where a private session folder may go, in order: the user's runtime dir, the temp dir, /tmp."""
+    found = [os.environ.get("XDG_RUNTIME_DIR") or "", tempfile.gettempdir(), "/tmp"]
+    return [d for d in dict.fromkeys(found) if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)]
 
 
 def start_local(ray, base: Path) -> None:
