@@ -5,6 +5,7 @@ render again later; target-specific tables come from the target's own ``report_s
 
 from __future__ import annotations
 
+import re
 from xml.etree import ElementTree as ET
 
 HEADERS = ["target", "variant", "status", "size", "max abs err", "max rel err", "cosine min", "p50 ms", "p90 ms", "vs eager", "vs fp32"]
@@ -106,12 +107,12 @@ def environment_lines(report: dict) -> list[str]:
 def render_markdown(report: dict) -> str:
     md = markdown_cell
     lines = [f"# edgeport report — {markdown_code(report['model']['spec'])}", "",
-             f"**{md(headline(report))}** · edgeport {report['edgeport_version']}"
-             f" · params {report['model'].get('params') or '–'}", ""]
+             f"**{md(headline(report))}** · edgeport {md(report['edgeport_version'])}"
+             f" · params {md(report['model'].get('params') or '–')}", ""]
     lines += markdown_table(HEADERS, summary_rows(report))
     eager = (report.get("reference") or {}).get("latency_ms")
     if eager:
-        lines += ["", f"PyTorch eager: p50 {eager['p50']:.3f} ms, p90 {eager['p90']:.3f} ms ({eager['threads']} threads)"]
+        lines += ["", f"PyTorch eager: p50 {eager['p50']:.3f} ms, p90 {eager['p90']:.3f} ms ({md(eager['threads'])} threads)"]
     rewritten = [r for r in report["targets"] if r.get("rewrites")]
     if rewritten:
         lines += ["", "## Rewrites (the program was changed before conversion)"]
@@ -125,15 +126,23 @@ def render_markdown(report: dict) -> str:
 
 
 def markdown_table(headers, rows) -> list[str]:
-    return (["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return (["| " + " | ".join(markdown_cell(str(h)) for h in headers) + " |", "|" + "---|" * len(headers)]
             + ["| " + " | ".join(markdown_cell(str(c)) for c in row) + " |" for row in rows])
 
 
+# Markdown punctuation that could make a node name, error line or stack trace from a .pt2 into a link or an image
+# (fetched by a CI job summary: no "[", no link), code or emphasis; "://" and "www." break GFM's bare-URL autolinks.
+_MARKDOWN_ACTIVE = re.compile(r"[`*\[\]~]|\\(?=[!-/:-@\[-`{-~]|$)|(?<=[A-Za-z0-9]):(?=//)")
+
+
 def markdown_cell(text: str) -> str:
-    """Model-provided text as inert Markdown: no raw HTML, no table breaks, one line, no control characters."""
+    """Model-provided text as inert Markdown: no raw HTML, no link/image/code/emphasis, no autolinked URL, no
+    table breaks, one line, no control characters (each active character backslash-escaped: CommonMark
+    renders it literally)."""
     from edgeport.diagnostics import clean
 
     text = clean(str(text)).replace("\n", " ").replace("\t", " ")
+    text = re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:-1] + "\\.", _MARKDOWN_ACTIVE.sub(lambda m: "\\" + m.group(0), text))
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
 
 
