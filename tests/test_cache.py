@@ -349,3 +349,24 @@ def test_text_generation_rows_use_the_cache_and_reuse_verdicts(tmp_path):
     assert other_prompts["cache"] == "hit" and "verdict" not in other_prompts, other_prompts
     assert other_prompts["generation"]["tokens_total"] == 2 * 4 and other_prompts["status"] == "ok"
     assert Cache().info()["kinds"]["row"] == 2
+
+
+def test_cache_reused_verdict_is_tied_to_the_artifact_bytes(tmp_path):
+    """Issue 33 LOW (hostile class ``cache``): an artifact planted in a row entry (its meta.json digests made
+    consistent, as whoever can write the cache can) is judged, never published under the real one's verdict."""
+    import hashlib
+    import json
+
+    assert convert(tmp_path / "a") == 0
+    [entry] = [e for e in Cache().entries() if e["kind"] == "row"]
+    artifact = next(p for p in (entry["path"] / "files").rglob("*.onnx"))
+    planted = artifact.read_bytes()[:-10] + b"0123456789"
+    artifact.write_bytes(planted)
+    meta = json.loads((entry["path"] / "meta.json").read_text())
+    rel = str(artifact.relative_to(entry["path"] / "files"))
+    meta["files"][rel]["sha256"] = hashlib.sha256(planted).hexdigest()
+    (entry["path"] / "meta.json").write_text(json.dumps(meta))
+    convert(tmp_path / "b", reuse_verdict=True)
+    row = _rows(tmp_path / "b")[("onnx", "fp32")]
+    assert row["cache"] == "hit" and row["sha256"] == hashlib.sha256(planted).hexdigest()
+    assert "verdict" not in row and not any("--reuse-verdict" in n for n in row["notes"]), row

@@ -225,15 +225,18 @@ def judged_on(session) -> dict:
 
 
 def reused_verdict(row, key: str | None, session, budget: dict) -> bool:
-    """With ``--reuse-verdict`` and a converted-artifact hit: fill the row from the stored verdict."""
+    """With ``--reuse-verdict`` and a converted-artifact hit: fill the row from the stored verdict, when it was
+    earned on the same artifact bytes (whoever can write the cache could swap the artifact of a row entry
+    and keep the meta's digests consistent: the verdict key, built from what decided the conversion, would
+    still match)."""
     if key is None or not session.reuse_verdict or row.details.get("cache") != "hit":
         return False
     data = session.cache.peek(verdict_key(key, session, budget))
     if not data or "row" not in data:
         return False
     stored = data["row"]
-    if not isinstance(stored, dict):
-        return False
+    if not isinstance(stored, dict) or not artifact_digest(row) or stored.get("artifact_digest") != artifact_digest(row):
+        return False  # a verdict stands only for the exact bytes it was earned on (a planted artifact is judged)
     for name in VERDICT_FIELDS:
         setattr(row, name, stored.get(name))
     row.details.update(stored.get("details") or {})
@@ -242,11 +245,21 @@ def reused_verdict(row, key: str | None, session, budget: dict) -> bool:
     return True
 
 
+def artifact_digest(row) -> list | None:
+    """What the artifact's bytes are: (path, sha256) of every file of it (None when nothing was digested,
+    which no stored verdict matches: ``keep_verdict`` then stores None too, and ``reused_verdict`` needs a
+    list)."""
+    files = [(str(f.get("path")), str(f.get("sha256"))) for f in row.files or [] if isinstance(f, dict)]
+    found = sorted(files) or ([("", row.sha256)] if row.sha256 else [])
+    return [list(f) for f in found] or None
+
+
 def keep_verdict(row, key: str | None, session, budget: dict) -> None:
     """Store what judging found, for a later ``--reuse-verdict`` run."""
     if key is None:
         return
     stored = {name: getattr(row, name) for name in VERDICT_FIELDS}
     stored["notes"], stored["details"] = list(row.notes), {k: v for k, v in row.details.items() if k != "cache"}
+    stored["artifact_digest"] = artifact_digest(row)
     session.cache.put(verdict_key(key, session, budget), Path("."), [], {"row": stored},
                       describe={"kind": "verdict", "target": row.target, "variant": row.variant})
