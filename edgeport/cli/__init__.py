@@ -10,16 +10,32 @@ from edgeport.errors import Terminated, UsageError
 
 
 def main() -> None:
+    """Run the command and end the process with its code, explicitly: a stray non-daemon thread left by user
+    code must not keep edgeport from exiting, and a fork of this process must not publish
+    (:mod:`edgeport.core.guard`)."""
     import signal
 
+    from edgeport.core.guard import claim, exit_now
+
     signal.signal(signal.SIGTERM, _terminated)
+    claim()
+    code = 1
     try:
         app()
+        code = 0
     except UsageError as exc:  # raised outside a command's own handling
         print(usage_line(str(exc)), file=sys.stderr)
-        sys.exit(2)
+        code = 2
     except Terminated as exc:
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else _message(exc.code))
+    exit_now(code)
+
+
+def _message(text) -> int:
+    print(text, file=sys.stderr)
+    return 1
 
 
 def _terminated(signum, _frame) -> None:

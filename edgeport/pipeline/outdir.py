@@ -173,6 +173,9 @@ def publish(staging: Path, out: Path, only_ours: bool = True) -> None:
     """Swap the finished ``staging`` in as ``out`` under the lock; see the module docstring. ``only_ours``:
     refuse to replace a non-empty directory without edgeport's marker (a sample app's asset folder, named
     for edgeport, is replaced regardless)."""
+    from edgeport.core.guard import check_owner
+
+    check_owner()  # a copy of the process forked by user code never publishes (edgeport.core.guard)
     dest = staging.parent / Path(out).name
     trash = None
     if (staging / MARKER).is_file():

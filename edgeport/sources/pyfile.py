@@ -30,8 +30,11 @@ def call_factory(spec: str, inputs: list[InputSpec]) -> LoadedModel:
         raise UsageError(f"{where} has no attribute {attr!r}")
     if not callable(factory):
         raise UsageError(f"{where}:{attr} is not callable")
+    from edgeport.core.guard import user_code
+
     try:
-        made = factory()
+        with user_code():  # build() may not end or fork edgeport's process (edgeport.core.guard)
+            made = factory()
     except (Exception, SystemExit) as exc:  # the user's code: any failure is bad input, reported in one line
         raise UsageError(f"calling {attr}() from {where} raised {first_line(exc)}") from exc
     from edgeport.sources.flat_io import from_factory_result
@@ -54,8 +57,11 @@ def import_file(path_text: str, what: str = "model file"):
     taken = sys.modules.get(name)
     if taken is not None:  # another module of that name (a stdlib/third-party one): keep it, use a private name
         name = f"edgeport_user.{name}"
+    from edgeport.core.guard import user_code
+
     try:
-        return _exec_as(name, path.resolve())
+        with user_code():
+            return _exec_as(name, path.resolve())
     except UsageError:
         raise
     except (Exception, SystemExit) as exc:  # SystemExit from an unguarded script counts too

@@ -1,0 +1,47 @@
+"""Issue 33 LOW (hostile class ``user-code``): edgeport's exit code is 0 only when this process published a
+passing report; a model's build() cannot end the run (``os._exit(0)``), duplicate it (``fork``: the copy
+never publishes) or keep it from exiting (a non-daemon thread)."""
+
+import time
+
+import pytest
+
+from conftest import run_cli
+
+FAST = ("-t", "onnx", "--samples", "1", "--no-latency", "--no-localize")
+HEADER = "import os, threading, time, ctypes, torch\n"
+MODEL = "    return torch.nn.Linear(4, 4).eval(), (torch.randn(1, 4),)\n"
+
+
+def _model(tmp_path, body: str):
+    (tmp_path / "m.py").write_text(HEADER + "def build():\n" + body + MODEL)
+    return f"{tmp_path / 'm.py'}:build"
+
+
+@pytest.mark.parametrize("body,needle", [("    os._exit(0)\n", "os._exit(0)"),
+                                         ("    if os.fork() == 0:\n        pass\n", "os.fork()")])
+def test_usercode_exit_or_fork_in_build_is_exit_2_not_a_pass(tmp_path, body, needle):
+    result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert needle in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_usercode_fork_behind_pythons_back_publishes_once(tmp_path):
+    """A libc fork() is out of Python's reach: its child returns into edgeport, runs, and is refused when it
+    would publish (the parent waits for it, then publishes the one report)."""
+    body = ("    pid = ctypes.CDLL(None).fork()\n"
+            "    if pid > 0:\n        os.waitpid(pid, 0)\n")
+    result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "forked copy of the run" in result.stderr and (tmp_path / "out" / "report.json").is_file()
+    assert result.stdout.count("PASSED") == 1, result.stdout
+
+
+def test_usercode_non_daemon_thread_does_not_keep_edgeport_running(tmp_path):
+    body = "    threading.Thread(target=time.sleep, args=(900,)).start()\n"
+    start = time.monotonic()
+    # a real interpreter: the interpreter's own exit is what waits for non-daemon threads
+    result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST, timeout=150, fresh=True)
+    assert result.returncode == 0 and time.monotonic() - start < 140, result.stdout + result.stderr
+    assert (tmp_path / "out" / "report.json").is_file()
