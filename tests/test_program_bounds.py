@@ -43,3 +43,50 @@ def test_small_file_declaring_a_huge_tensor_is_refused_before_it_allocates(tmp_p
                      "--samples", "1", "--no-latency")
     assert result.returncode == 2 and "largest intermediate" in result.stderr, result.stdout + result.stderr
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_sparse_example_input_from_build_is_one_line_exit_2(tmp_path):
+    from conftest import write_model_file
+
+    model = write_model_file(tmp_path, "import torch\n\ndef build():\n"
+                             "    return torch.nn.Linear(4, 4), (torch.eye(4).to_sparse(),)\n")
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "o", "--samples", "1",
+                     "--no-latency")
+    assert result.returncode == 2 and "sparse_coo" in result.stderr, result.stdout + result.stderr
+    assert "internal error" not in result.stderr
+
+
+def test_an_allocation_larger_than_malloc_gives_is_exit_2_not_internal_error(tmp_path):
+    from conftest import write_model_file
+
+    model = write_model_file(tmp_path, "import torch\n\nclass Greedy(torch.nn.Module):\n"
+                             "    def forward(self, x):\n        return x + torch.zeros(1 << 46).sum()\n\n"
+                             "def build():\n    return Greedy(), (torch.randn(4),)\n")
+    result = run_cli("convert", f"{model}:build", "-t", "onnx", "--out", tmp_path / "o", "--samples", "1",
+                     "--no-latency")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "more memory than this machine gives" in result.stderr or "allocate" in result.stderr
+    assert "internal error" not in result.stderr and not (tmp_path / "o").exists()
+
+
+def test_tpu_weights_header_is_checked_against_the_file_before_reading(tmp_path):
+    import json
+
+    import numpy as np
+    import pytest
+
+    from edgeport.targets.tpu.weights import load, save
+
+    path = tmp_path / "weights.safetensors"
+    path.write_bytes((1 << 62).to_bytes(8, "little") + b"{}")
+    with pytest.raises(ValueError, match="header claims"):
+        load(path)
+    save({"w": np.ones((4, 4), np.float32)}, path)
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    header["w"]["shape"] = [1 << 20, 4]   # claims 16 MB of a 64-byte data section
+    text = json.dumps(header).encode().ljust(size)
+    path.write_bytes(data[:8] + text + data[8 + size:])
+    with pytest.raises(ValueError, match="does not fit"):
+        load(path)
