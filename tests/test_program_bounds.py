@@ -90,3 +90,47 @@ def test_tpu_weights_header_is_checked_against_the_file_before_reading(tmp_path)
     path.write_bytes(data[:8] + text + data[8 + size:])
     with pytest.raises(ValueError, match="does not fit"):
         load(path)
+
+
+CRASHER = '''import os
+import signal
+
+import torch
+
+
+@torch.library.custom_op("crashtest::boom", mutates_args=())
+def boom(x: torch.Tensor) -> torch.Tensor:
+    os.kill(os.getpid(), signal.SIGSEGV)   # a kernel bug nobody knows yet
+    return x.clone()
+
+
+@boom.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+DECOMPOSITIONS = {"crashtest::boom": lambda x: x.clone()}
+'''
+
+
+def test_a_program_that_crashes_pytorch_is_exit_2_not_a_crash_of_edgeport(tmp_path):
+    """The first run of a file-loaded program is in a contained child: a segfaulting kernel there is one
+    line and exit 2, with nothing left in --out (without it, edgeport itself dies of SIGSEGV)."""
+    import importlib.util
+
+    decompositions = tmp_path / "crash_ops.py"
+    decompositions.write_text(CRASHER)
+    spec = importlib.util.spec_from_file_location("crash_ops", decompositions)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+    class Crash(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.crashtest.boom(x) + 1
+
+    archive = tmp_path / "crash.pt2"
+    torch.export.save(torch.export.export(Crash(), (torch.randn(2),), strict=False), archive)
+    result = run_cli("convert", archive, "--decompositions", decompositions, "-t", "onnx", "--out", tmp_path / "o",
+                     "--samples", "1", "--no-latency")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "crashed PyTorch (SIGSEGV)" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()
