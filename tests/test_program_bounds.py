@@ -134,3 +134,39 @@ def test_a_program_that_crashes_pytorch_is_exit_2_not_a_crash_of_edgeport(tmp_pa
     assert result.returncode == 2, result.stdout + result.stderr
     assert "crashed PyTorch (SIGSEGV)" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_hf_dir_whose_config_implies_weights_its_files_lack_is_refused_before_building(tmp_path):
+    import json
+    import time
+
+    import tiny_lm
+
+    from edgeport.errors import UsageError
+    from edgeport.sources.hf_declared import check_declared
+
+    folder = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    check_declared(str(folder), tiny_lm.config("llama"))    # an honest directory passes
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in (("intermediate_size", 16_000_000), ("num_hidden_layers", 20_000)):
+        (folder / "config.json").write_text(json.dumps({**config, key: value}))
+        start = time.perf_counter()
+        result = run_cli("convert", f"hf:{folder}", "-t", "onnx", "--out", tmp_path / "o", "--samples", "1",
+                         "--no-latency")
+        assert result.returncode == 2 and "implies" in result.stderr, result.stdout + result.stderr
+        assert time.perf_counter() - start < 60 and not (tmp_path / "o").exists()
+    import pytest
+
+    with pytest.raises(UsageError, match="implies"):
+        check_declared(str(folder), type("C", (), {"hidden_size": 64, "num_hidden_layers": 20_000,
+                                                   "intermediate_size": 128, "vocab_size": 256})())
+
+
+def test_every_tiny_family_passes_the_declared_check(tmp_path):
+    import tiny_lm
+
+    from edgeport.sources.hf_declared import check_declared
+
+    for family in ("gpt2", "mixtral", "mamba", "deepseek_v2", "gemma3"):
+        folder = tiny_lm.save(tiny_lm.build(family), tmp_path / family)
+        check_declared(str(folder), tiny_lm.config(family))
