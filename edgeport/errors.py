@@ -66,3 +66,12 @@ def json_object(raw, what: str) -> dict:
     if not isinstance(data, dict):
         raise UsageError(f"{what} is not a JSON object")
     return data
+
+
+OUT_OF_MEMORY = ("DefaultCPUAllocator: can't allocate", "not enough memory", "std::bad_alloc", "Cannot allocate memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """An allocation the machine could not give (torch's CPU allocator, numpy, Python): caused by what the
+    model or program asks for, so bad input to report in one line, not a bug of edgeport's."""
+    return isinstance(exc, MemoryError) or any(text in str(exc) for text in OUT_OF_MEMORY)

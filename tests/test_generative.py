@@ -173,12 +173,9 @@ def test_validate_catches_a_corrupted_decode_graph(llama, tmp_path):
     result = run_cli("validate", copy, "--samples", str(PROMPTS), "--no-latency")
     assert result.returncode == 1, result.stdout + result.stderr
     after = rows_of(read_report(copy))
-    reference = json.loads((copy / "manifest.json").read_text())["generation"]["parity_sample"]["prompts"]
-    div = after[("onnx", "fp32")]["generation"]["first_divergence"]
-    # prefill (step 0) is intact; the first decode step is where the corrupted graph first speaks
-    assert div["prompt"] == 0 and div["step"] == 1 and div["expected"] == reference[0]["tokens"][1] != div["got"]
-    assert after[("onnx", "fp32")]["status"] == "failed" and "changed since conversion" in after[("onnx", "fp32")]["error"]
-    assert "first divergence: prompt 0 step 1" in after[("onnx", "fp32")]["error"]
+    # its sha256 differs from the report's: failed without loading it (a changed file never reaches a runtime)
+    row = after[("onnx", "fp32")]
+    assert row["status"] == "failed" and "changed since conversion" in row["error"] and "not loaded" in row["error"]
     assert all(after[(t, "fp32")]["status"] == "ok" for t in ("litert", "tpu"))
     assert read_report(copy)["generation"]["reference"].startswith("the exported programs")
 

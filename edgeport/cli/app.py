@@ -87,6 +87,10 @@ def with_progress(work):
         if os.environ.get("EDGEPORT_DEBUG"):
             raise
         from edgeport.diagnostics import first_line
+        from edgeport.errors import out_of_memory
+
+        if out_of_memory(exc):  # what the model or program asked for: bad input (--max-memory bounds the plan)
+            fail_usage(f"the model asked for more memory than this machine gives: {first_line(exc)}")
 
         typer.echo(f"edgeport: internal error: {first_line(exc)} (EDGEPORT_DEBUG=1 shows the traceback)", err=True)
         raise typer.Exit(1)

@@ -31,10 +31,13 @@ class Estimate:
     disk: int                # bytes the artifacts (and exported.pt2) will take in --out
     factor: float            # the largest per-target factor in the plan
     by: str                  # the target (or "-j N") whose factor sets the peak
+    intermediate_bytes: int = 0   # a loaded program's largest declared intermediate, per process that runs it
 
     def describe_memory(self) -> str:
+        middle = (f" + {self.intermediate_bytes / GB:.2f} GB largest intermediate the program declares"
+                  if self.intermediate_bytes else "")
         return (f"{self.memory / GB:.1f} GB ({self.weight_bytes / GB:.2f} GB fp32 weights x {self.factor:g} "
-                f"for {self.by} + {BASE_BYTES / GB:.1f} GB runtime)")
+                f"for {self.by}{middle} + {BASE_BYTES / GB:.1f} GB runtime)")
 
 
 def storage_key(t):
@@ -81,12 +84,15 @@ def artifact_share(variant: str) -> float:
     return next((share for tag, share in ARTIFACT_SHARE if tag in variant), 1.0)
 
 
-def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generative: bool = False) -> Estimate:
+def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generative: bool = False,
+             intermediate_bytes: int = 0) -> Estimate:
     """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``;
     ``programs``: how many saved programs each hold every weight (``exported.pt2``; a text-generation
     model saves one per signature: prefill per length, decode). ``generative``: the targets' text-generation
     factors (their rows hold far more beside the model than a forward row: 4-6x the weights at 0.6B), and the
-    disk a judge's runtime writes while it runs (``generation_judge_disk_factor``)."""
+    disk a judge's runtime writes while it runs (``generation_judge_disk_factor``). ``intermediate_bytes``: a
+    loaded program's largest intermediate (:func:`program_intermediate_bytes`), held by the reference run
+    and by each process running a row at once."""
     factors = sorted(((_factor(t, generative, v), t.name) for t, v in rows), reverse=True) or [(1.0, "load")]
     if jobs > 1:   # the main process keeps its program; each worker loads one and converts
         top = factors[:jobs]
@@ -96,7 +102,8 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
         (factor, by), base = factors[0], BASE_BYTES
     judging = max((t.generation_judge_disk_factor * artifact_share(v) for t, v in rows if generative), default=0.0)
     disk = weight_bytes * (programs + sum(t.disk_factor * artifact_share(v) for t, v in rows) + judging)  # + exported
-    return Estimate(weight_bytes, int(base + weight_bytes * factor), int(disk), round(factor, 2), by)
+    held = intermediate_bytes * (1 + (jobs if jobs > 1 else 0))
+    return Estimate(weight_bytes, int(base + weight_bytes * factor + held), int(disk), round(factor, 2), by, held)
 
 
 def _factor(target, generative: bool, variant: str) -> float:
@@ -275,3 +282,31 @@ def page_out(tensors) -> int:
 def program_tensors(programs) -> list:
     """Every state tensor and tensor constant of ``programs`` (ExportedPrograms): the weights they hold."""
     return [t for p in programs for t in (*p.state_dict.values(), *p.constants.values()) if hasattr(t, "untyped_storage")]
+
+
+def program_intermediate_bytes(program) -> int:
+    """The largest tensor any node of ``program`` (nested graphs included) declares it makes, from its
+    ``meta["val"]`` shape and dtype, before anything runs: a 10 KB file calling ``aten.full((5e8,))`` is a
+    2 GB intermediate the pre-flight check must see. A symbolic size counts at its example value (its hint),
+    or 1 when it has none."""
+    import torch
+
+    largest = 0
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if isinstance(graph, torch.fx.Graph) else ():
+            if node.op not in ("call_function", "call_method", "call_module"):
+                continue
+            values = node.meta.get("val")
+            for value in values if isinstance(values, (list, tuple)) else [values]:
+                if isinstance(value, torch.Tensor):
+                    largest = max(largest, _declared_bytes(value))
+    return largest
+
+
+def _declared_bytes(value) -> int:
+    count = 1
+    for dim in value.shape:
+        hint = dim if isinstance(dim, int) else getattr(getattr(dim, "node", None), "hint", None)
+        count *= hint if isinstance(hint, int) and hint >= 0 else 1
+    return count * value.dtype.itemsize

@@ -212,18 +212,28 @@ def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts
 def preflight(loaded, opts: ConvertOptions, the_plan, workers: bool) -> None:
     from edgeport.core import memory
 
-    check_fits(memory.model_weight_bytes(loaded), opts, the_plan, workers)
+    middle = memory.program_intermediate_bytes(loaded.program) if loaded.program is not None else 0
+    est = check_fits(memory.model_weight_bytes(loaded), opts, the_plan, workers, intermediate_bytes=middle)
+    if loaded.program is not None:  # read from a file: its first run happens in a contained child
+        probe_program(loaded, opts.source, est.memory)
+
+
+def probe_program(loaded, source, memory_bytes: int) -> None:
+    from edgeport.sources.contained import probe
+
+    probe(loaded.spec, loaded.example_inputs, source.trust_pickle, source.decompositions, memory_bytes)
 
 
 def check_fits(weight_bytes: int, opts: ConvertOptions, the_plan, workers: bool, programs: int = 1,
-               generative: bool = False) -> None:
+               generative: bool = False, intermediate_bytes: int = 0):
     """Refuse (exit 2, with the estimate) a model whose conversion will not fit in memory or on disk: every
-    task asks this between its load and its export."""
+    task asks this between its load and its export (a loaded program's declared intermediates included)."""
     from edgeport.core import memory
 
     est = memory.estimate(weight_bytes, the_plan.rows, row_jobs(opts, the_plan) if workers else 1, programs,
-                          generative)
+                          generative, intermediate_bytes)
     memory.check(est, opts.output.out, opts.max_memory)
+    return est
 
 
 def load_and_export(source, progress: Progress, timings: dict, preflight: Callable | None = None) -> tuple:

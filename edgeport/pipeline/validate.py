@@ -1,7 +1,7 @@
 """``edgeport validate DIR``: judge the artifacts already in DIR again — against the reference DIR's task
 reads back (``exported.pt2``; the prefill/decode programs of a text-generation run) — with today's samples,
 data, budgets and threads, without converting. A missing, corrupt or changed artifact fails its row with a
-message saying which."""
+message saying which, before its runtime loads it."""
 
 from __future__ import annotations
 
@@ -63,7 +63,9 @@ def samples_of(session) -> int:
 def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: Progress) -> tuple:
     """The forward task's reference: ``exported.pt2`` loaded (inspected, no unpickling unless trusted;
     ``reading``: the SourceOptions with --trust-pickle and --decompositions)."""
+    from edgeport.core.memory import program_intermediate_bytes, program_weight_bytes
     from edgeport.core.program import fingerprint, signature_of
+    from edgeport.pipeline.run import probe_program
     from edgeport.pipeline.session import Session
     from edgeport.sources import SourceOptions, load_model
 
@@ -71,6 +73,7 @@ def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: P
     loaded = load_model(SourceOptions(model=str(directory / "exported.pt2"), trust_pickle=reading.trust_pickle,
                                       decompositions=reading.decompositions))
     program = loaded.program
+    probe_program(loaded, reading, 2 * program_weight_bytes(program) + program_intermediate_bytes(program))
     signature = signature_of(program, manifest_input_names(directory))
     session = Session.start(loaded, program, signature, judge, progress)
     return session, {"params": param_count(program), **fingerprint(program, signature)}
@@ -87,7 +90,7 @@ def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
 def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
     """One row judged again by its task; a missing or changed artifact fails it, saying which."""
     from edgeport.core.files import file_problem
-    from edgeport.pipeline.row import Row, digest_of, skip_reason
+    from edgeport.pipeline.row import Row, skip_reason
     from edgeport.targets.registry import get_target, target_names
 
     # what the last judging said about itself goes: a cached verdict (--reuse-verdict) is measured again here
@@ -109,17 +112,26 @@ def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
     if missing:  # a side file gone (model.onnx.data, weights.safetensors): the runtime's error would say less
         row.parity = row.latency_ms = None
         return failed(row, missing)
+    changed = _changed(directory, row, path)
+    if changed:  # compared before any native loader reads it: a changed file may be crafted to crash one
+        row.parity = row.latency_ms = None
+        return failed(row, f"artifact changed since conversion: {changed} (not loaded: a file that is not the "
+                           "one converted never reaches a runtime's loader)")
     task.rejudge(row, target, path, session, budget_of(row))
-    recorded, (row.size_bytes, digest) = row.sha256, digest_of(path)
-    changed = f"sha256 {digest[:12]}… != recorded {recorded[:12]}…" if recorded and digest != recorded else None
-    problem = file_problem(directory, [e for e in row.files or [] if not _of_artifact(row.artifact, e)])
-    if changed or problem:
-        error = row.error or ""
-        changed = changed or problem.removeprefix("artifact file changed since conversion: ")
-        row.status = "failed"
-        row.error = (f"{error} (file changed since conversion: {changed})" if error.startswith("artifact")
-                     else f"artifact changed since conversion: {changed} ({error or 'parity still within budget'})")
     return row.to_json()
+
+
+def _changed(directory: Path, row, path: Path) -> str | None:
+    """How the artifact's files differ from what conversion recorded (sha256 of the artifact, then each
+    other file the row lists), or None; also sets the row's size from what is on disk now."""
+    from edgeport.core.files import file_problem
+    from edgeport.pipeline.row import digest_of
+
+    recorded, (row.size_bytes, digest) = row.sha256, digest_of(path)
+    if recorded and digest != recorded:
+        return f"sha256 {digest[:12]}… != recorded {recorded[:12]}…"
+    problem = file_problem(directory, [e for e in row.files or [] if not _of_artifact(row.artifact, e)])
+    return problem.removeprefix("artifact file changed since conversion: ") if problem else None
 
 
 def _of_artifact(artifact: str, entry) -> bool:

@@ -56,6 +56,7 @@ def wrap(spec: str, module, example) -> LoadedModel:
     import torch
 
     args, kwargs = (tuple(example), {}) if isinstance(example, (tuple, list)) else ((), dict(example))
+    _only_dense(spec, args, kwargs)
     out = _try_forward(module, args, kwargs)
     if out is not None and not _tensor_leaves(out):
         raise UsageError(f"{spec}: forward returned {type(out).__name__}, which holds no tensor to convert")
@@ -67,6 +68,18 @@ def wrap(spec: str, module, example) -> LoadedModel:
     if not tensors:
         raise UsageError(f"{spec}: the example inputs hold no tensors")
     return LoadedModel(spec, adapter, tensors, input_names=names)
+
+
+def _only_dense(spec: str, args: tuple, kwargs: dict) -> None:
+    """Every target takes dense (strided) tensors: a sparse, nested or mkldnn example input is bad input,
+    said here in one line (torch.export fails on it deep inside, and sparse kernels trust their indices)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    for leaf in tree_leaves((args, kwargs)):
+        if isinstance(leaf, torch.Tensor) and (leaf.layout != torch.strided or leaf.is_nested):
+            raise UsageError(f"{spec}: an example input is a {leaf.layout} tensor"
+                             f"{' (nested)' if leaf.is_nested else ''}; edgeport converts dense tensors only")
 
 
 def _try_forward(module, args: tuple, kwargs: dict):

@@ -8,12 +8,14 @@ with no pickle involved. The promise: a program loaded from a file only computes
 every graph (nested bodies of ``cond`` / ``while_loop`` / ``map`` / ``scan`` included) and refuses, as one
 :class:`UsageError` naming the node and the op:
 
-- an operator outside ATen / prims / quantized / edgeport namespaces, unless the user named its namespace
-  with ``--decompositions`` (code they chose to run);
+- an operator not on the allowlist (:mod:`edgeport.sources.op_allowlist`: only what some target converts;
+  a namespace the user named with ``--decompositions`` is code they chose to run), or one whose arguments
+  break the invariant its kernel trusts (``as_strided`` past its input, ``unsafe=True``);
+- an operator packet or any plain function but ``getitem`` and symbolic-size arithmetic;
 - I/O and side-effect operators (file, print, save, profiler, warnings, ``with_effects``, torchbind calls,
   storage swaps), by name and by torch's own side-effect registry;
 - an in-place write (any argument the schema marks ``(a!)``) whose target is, through its views, a
-  parameter, a constant or a nested graph's input: only buffers, the input tensors edgeport allocates for
+  parameter, a constant or a nested graph's input (``_unsafe_view`` counts as the view it is): only buffers, the input tensors edgeport allocates for
   the run (a KV-cache step writes its cache input) and tensors the graph itself created may change;
 - a dialect edgeport does not write, and graph node kinds a deserialized program never has.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import operator
 
 from edgeport.errors import UsageError
+from edgeport.sources.op_allowlist import ARGUMENT_INVARIANTS, HIDDEN_ALIASES, INVARIANTS, is_allowed
 
 DIALECTS = ("TRAINING", "ATEN")          # what torch.export.export / run_decompositions write
 NAMESPACES = frozenset({"aten", "prims", "quantized", "quantized_decomposed", "edgeport"})
@@ -151,20 +154,42 @@ def _check_higher_order(node, target, allowed: frozenset) -> None:
 
 
 def _check_operator(node, target, allowed: frozenset) -> None:
+    """``target`` must be on the allowlist (:mod:`edgeport.sources.op_allowlist`: what some target converts,
+    or a namespace the user trusts), not a side-effect op, and its arguments must pass the invariants its
+    kernel relies on."""
     import torch
 
-    namespace = getattr(target, "namespace", None) or str(target).split(".")[0]
-    packet = target._overloadpacket if isinstance(target, torch._ops.OpOverload) else target
-    name = getattr(packet, "__name__", str(target)).split(".")[-1]
-    label = f"calls {namespace}.{name}"
-    if namespace not in allowed:
-        raise Refused(f"{label}: namespace {namespace!r} is not ATen/prims/quantized/edgeport "
+    if not isinstance(target, torch._ops.OpOverload):
+        raise Refused(f"calls {target}, an operator packet a saved program never holds")
+    label = f"calls {target.namespace}.{target._overloadpacket.__name__}.{target._overloadname}"
+    user = allowed - NAMESPACES
+    if target.namespace not in NAMESPACES | user:
+        raise Refused(f"{label}: namespace {target.namespace!r} is not ATen/prims/quantized/edgeport "
                       "(name it with --decompositions if you trust it)")
-    if name in HARMLESS_EFFECTS:
-        return
-    lowered = name.lower()
-    if name in DENIED_NAMES or any(word in lowered for word in DENIED_WORDS) or _side_effect(target):
+    if not is_allowed(target, frozenset(user)):
+        raise Refused(f"{label}, which no edgeport target converts (not on the operator allowlist)")
+    name = target._overloadpacket.__name__
+    if name not in HARMLESS_EFFECTS and target.namespace not in user and (
+            name in DENIED_NAMES or any(w in name.lower() for w in DENIED_WORDS) or _side_effect(target)):
         raise Refused(f"{label}, an I/O or side-effect operator")
+    reason = _invariant_broken(node, target)
+    if reason:
+        raise Refused(f"{label}: {reason}")
+
+
+def _invariant_broken(node, target) -> str | None:
+    """The first argument invariant of ``target`` (by name, or by argument name) its node breaks."""
+    checks = [INVARIANTS.get(target._schema.name)]
+    checks += [ARGUMENT_INVARIANTS.get(a.name) for a in target._schema.arguments]
+    kwargs = dict(node.kwargs)
+    for index, argument in enumerate(target._schema.arguments):
+        if index < len(node.args):
+            kwargs.setdefault(argument.name, node.args[index])
+    for check in filter(None, checks):
+        reason = check(list(node.args), kwargs)
+        if reason:
+            return reason
+    return None
 
 
 def _side_effect(target) -> bool:
@@ -215,6 +240,9 @@ def _root(value, depth: int = 0):
             node = node.args[0]
             continue
         schema = getattr(target, "_schema", None) if isinstance(target, torch._ops.OpOverload) else None
+        if schema is not None and schema.name in HIDDEN_ALIASES and node.args:
+            node = node.args[0]  # a view whose schema does not say so (``_unsafe_view``)
+            continue
         source = _aliased_argument(node, schema) if schema is not None else None
         if source is None:
             return node

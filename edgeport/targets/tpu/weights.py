@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 from pathlib import Path
 
 from edgeport.errors import load_json
@@ -60,7 +61,10 @@ def load(path: Path) -> dict:
 
     codes = {code: np.dtype(getattr(ml_dtypes, name, name)) for name, code in DTYPES.items()}
     with open(path, "rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
         size = int.from_bytes(f.read(8), "little")
+        if size > file_size - 8:   # checked before reading: a header claiming 2^62 bytes is not allocated
+            raise ValueError(f"{path}: header claims {size} bytes, the file has {file_size}; not safetensors")
         header = load_json(f.read(size))
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     start = 8 + size
@@ -68,8 +72,24 @@ def load(path: Path) -> dict:
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        begin, end = info["data_offsets"]
-        dtype = codes[info["dtype"]]
+        begin, end, dtype, shape = _entry(path, name, info, codes, file_size - start)
         array = np.frombuffer(mapped, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=start + begin)
-        weights[name] = array.reshape(info["shape"])
+        weights[name] = array.reshape(shape)
     return weights
+
+
+def _entry(path: Path, name: str, info, codes: dict, data_size: int) -> tuple:
+    """(begin, end, dtype, shape) of one header entry, each checked against the file: a malformed header is
+    a ValueError naming the entry, never an allocation or a read past the mapping."""
+    import math
+
+    try:
+        begin, end = (int(v) for v in info["data_offsets"])
+        dtype, shape = codes[info["dtype"]], [int(d) for d in info["shape"]]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}: entry {name!r} is malformed; not safetensors") from None
+    if not 0 <= begin <= end <= data_size or min(shape, default=0) < 0 \
+            or math.prod(shape) * dtype.itemsize != end - begin:
+        raise ValueError(f"{path}: entry {name!r} (offsets {begin}..{end}, shape {shape}) does not fit the "
+                         f"file's {data_size} data bytes; not safetensors")
+    return begin, end, dtype, shape

@@ -1,0 +1,69 @@
+"""An ``hf:`` directory held to what its files declare, before transformers builds the module.
+
+transformers materialises every parameter the config implies (random-initialising those the weight files
+lack) before anything could weigh it: a few-KB folder with ``intermediate_size = 16e6`` or
+``num_hidden_layers = 20000`` costs gigabytes and minutes before the pre-flight check. So, from
+``config.json`` and the safetensors headers alone (no tensor read): the parameters a decoder config implies
+(embeddings + per layer attention and MLP) against the elements the files hold. A config implying far more
+than the files hold (more than :data:`SLACK` times: architectures differ in what the formula misses) is
+exit 2, as is one whose implied fp32 weights exceed the memory this machine has.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from edgeport.errors import UsageError
+
+SLACK = 4
+ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+            "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8, "U16": 2, "U32": 4, "U64": 8}
+
+
+def check_declared(where: str, config) -> None:
+    """Refuse (UsageError) a local ``hf:`` directory whose config implies far more parameters than its
+    safetensors files hold, or more fp32 weight bytes than this machine has memory."""
+    from edgeport.core.memory import available_memory
+
+    folder = Path(where)
+    implied = implied_parameters(config)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if implied is None or not files:
+        return
+    held = sum(_header_elements(f) for f in files)
+    if implied > SLACK * max(held, 1):
+        raise UsageError(f"hf:{where}: config.json implies about {implied:,} parameters but its safetensors "
+                         f"files hold {held:,}; refusing to build it (the missing ones would be made up)")
+    if 4 * implied > available_memory():
+        raise UsageError(f"hf:{where}: config.json implies {4 * implied / 1e9:.1f} GB of fp32 weights, more "
+                         f"than the {available_memory() / 1e9:.1f} GB available; refusing to build it")
+
+
+def implied_parameters(config) -> int | None:
+    """Embedding + layers x (attention 4h^2 + MLP 3hI) of a decoder config, or None if it names none."""
+    hidden, layers = getattr(config, "hidden_size", None), getattr(config, "num_hidden_layers", None)
+    inner = getattr(config, "intermediate_size", None) or (4 * hidden if isinstance(hidden, int) else None)
+    vocab = getattr(config, "vocab_size", None) or 0
+    if not all(isinstance(v, int) and v >= 0 for v in (hidden, layers, inner, vocab)):
+        return None
+    return vocab * hidden + layers * (4 * hidden * hidden + 3 * hidden * inner)
+
+
+def _header_elements(path: Path) -> int:
+    """Elements of every tensor a safetensors header declares (the header only, length checked first)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        if length > size - 8:
+            raise UsageError(f"{path}: header claims {length} bytes, the file has {size}; not safetensors")
+        try:
+            header = json.loads(f.read(length))
+        except ValueError:
+            raise UsageError(f"{path}: its header is not JSON; not safetensors") from None
+    total = 0
+    for name, info in header.items() if isinstance(header, dict) else ():
+        if name != "__metadata__" and isinstance(info, dict) and isinstance(info.get("shape"), list):
+            total += math.prod(int(d) for d in info["shape"] if isinstance(d, int))
+    return total
