@@ -106,6 +106,9 @@ class GenerativeJob:
     # artifact will come from the model's own files, in which case a convert that falls back to the programs
     # calls it first
     rewrite: Callable[[], list] = field(default=lambda: [], repr=False)
+    # the target's passes ``rewrite`` applies (the row's; none for a bundle): a target that may build from the
+    # model's own files checks none of them is needed first (they would not reach that artifact)
+    passes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
