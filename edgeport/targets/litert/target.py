@@ -87,7 +87,8 @@ def op_counts(path: Path) -> dict[str, int]:
 
         found = [op_name(g.Operators(i)) for g in (model.Subgraphs(k) for k in range(model.SubgraphsLength()))
                  for i in range(g.OperatorsLength())]
-        del model, codes   # the accessors hold views of the mapping, which must close
+        codes.clear()   # the accessors hold views of the mapping, which must close
+        del model
     return histogram(found)
 
 
