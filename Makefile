@@ -10,7 +10,7 @@ $(error scripts/venv.sh $(PYTHON) failed (its output is above))
 endif
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-slow bench venv
+.PHONY: demo test test-slow bench venv lint
 venv:
 	@echo $(VENV)
 
@@ -24,7 +24,11 @@ JOBS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))
 # One torch/OpenMP thread per test process (unless OMP_NUM_THREADS is set): the JOBS workers already fill the
 # cores, and each process's own pool of one thread per core made them spin against each other
 # (bench/TEST_TIME.md). Runtimes edgeport times keep their explicit --threads.
-test:
+# pyflakes' checks through ruff (pyproject.toml [tool.ruff]): an undefined name or unused import fails the build
+lint:
+	$(PY) -m ruff check edgeport tests bench scripts samples
+
+test: lint
 	bash scripts/web-deps.sh
 	PY=$(PY) bash scripts/kotlin-deps.sh >/dev/null
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile --no-loadscope-reorder tests

@@ -301,7 +301,7 @@ def print_table(rows, facts, peaky: bool = False) -> None:
     print("LiteRT lowering: " + "; ".join(f"{k}: {v}" for k, v in facts["lowering"].items()))
     eager = {threads: block for name, threads, block in rows if name == "PyTorch eager"}
     lens = list(rows[0][2]["prefill_ms"])
-    print(f"| runtime | threads | size MiB | " + " | ".join(f"prefill {n} ms" for n in lens)
+    print("| runtime | threads | size MiB | " + " | ".join(f"prefill {n} ms" for n in lens)
           + " | decode ms/token | tokens/s | vs eager decode | vs eager prefill " + lens[-1]
           + " | % of bandwidth bound | decode CPU ms | vs eager CPU | "
           + " | ".join(f"prefill {n} CPU ms | vs eager CPU" for n in lens) + " |")

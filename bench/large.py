@@ -161,11 +161,28 @@ def main() -> None:
     parser.add_argument("--no-raw", action="store_true")
     parser.add_argument("--work", type=Path, default=Path("dist/bench-large"))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--write-measured", action="store_true",
+                        help="set each converted target's memory_factor in edgeport/targets/<name>/measured.toml")
     args = parser.parse_args()
     results = forward(args.rows, args.target or TARGETS, args.work, raw=not args.no_raw)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
+    if args.write_measured:
+        write_measured(results)
+
+
+def write_measured(results: list[dict]) -> None:
+    """The pre-flight's forward factor of each target edgeport converted: its peak RSS / fp32 weights, rounded
+    up to a tenth (the factor is a ceiling the check refuses above, not an average)."""
+    import math
+
+    from edgeport.targets.measured import update
+
+    for row in results:
+        if row["how"] == "edgeport" and row.get("status") == "ok":
+            path = update(row["target"], memory_factor=math.ceil(row["rss_ratio"] * 10) / 10)
+            print(f"{path}: memory_factor = {math.ceil(row['rss_ratio'] * 10) / 10:g}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def main(path: str, top: int = 40) -> None:
     print(f"total {total:.0f} CPU-s over {len(per_test)} tests\n\n| CPU-s | share | file |\n|---:|---:|---|")
     for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
         print(f"| {seconds:.1f} | {seconds / total:.1%} | {name} |")
-    print(f"\n| CPU-s | test (fixtures' setup counts for the first test that uses them) |\n|---:|---|")
+    print("\n| CPU-s | test (fixtures' setup counts for the first test that uses them) |\n|---:|---|")
     for seconds, nodeid in sorted(per_test, reverse=True)[:top]:
         print(f"| {seconds:.1f} | {nodeid} |")
 

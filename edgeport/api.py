@@ -4,7 +4,7 @@
     result = api.convert(api.convert_options(model="model.py:build", out=Path("dist"), targets=api.target_names()))
     result.exit_code, result.report["passed"]
 
-Exit codes follow DESIGN.md: 0 every required row converted and within budget, 1 a conversion, a parity
+Exit codes (README, "Exit codes"): 0 every required row converted and within budget, 1 a conversion, a parity
 budget or a baseline failed (artifacts and report still written), 2 bad input (:class:`UsageError`).
 """
 

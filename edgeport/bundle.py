@@ -9,7 +9,6 @@ it was. Every error is one line (UsageError, exit 2).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path, PurePosixPath
 

@@ -1,4 +1,4 @@
-"""The two kinds of failure the CLI maps to exit codes (DESIGN.md: 2 = bad input, 1 = conversion/parity)."""
+"""The two kinds of failure the CLI maps to exit codes (README, "Exit codes": 2 = bad input, 1 = conversion/parity)."""
 
 
 class UsageError(Exception):

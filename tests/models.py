@@ -310,3 +310,52 @@ class ComplexRope(nn.Module):
 def complex_rope():
     torch.manual_seed(0)
     return ComplexRope().eval(), (torch.randn(1, 8, 32),)
+
+
+class SortingRouter(nn.Module):
+    """A mixture-of-experts layer whose router picks its top-2 experts by sorting the scores (aten.sort:
+    STABLEHLO_SORT on LiteRT, no sort kernel in ExecuTorch's runtime), then mixes dense experts."""
+
+    def __init__(self, dim=16, experts=4):
+        super().__init__()
+        self.router = nn.Linear(dim, experts)
+        self.experts = nn.Linear(dim, dim * experts)
+        self.experts_n = experts
+
+    def forward(self, x):
+        scores = torch.softmax(self.router(x), -1)
+        top, index = torch.sort(scores, dim=-1, descending=True)
+        weights = torch.zeros_like(scores).scatter(-1, index[..., :2], top[..., :2])
+        out = self.experts(x).unflatten(-1, (self.experts_n, -1))
+        return (weights.unsqueeze(-1) * out).sum(-2)
+
+
+def sorting_router():
+    torch.manual_seed(0)
+    return SortingRouter().eval(), (torch.randn(1, 6, 16),)
+
+
+class AttentionSinks(nn.Module):
+    """Attention with a learned sink logit per head (gpt-oss): the scores and the sink are normalised by
+    their max over the last dim of a 4-D tensor (max.dim -1), then a softmax whose sink column is dropped."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.sinks = nn.Parameter(torch.randn(heads))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5
+        sinks = self.sinks.view(1, -1, 1, 1).expand(b, -1, t, 1)
+        combined = torch.cat([scores, sinks], -1)
+        combined = combined - combined.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(combined, -1)[..., :-1]
+        return (probs @ v).transpose(1, 2).reshape(b, t, d)
+
+
+def attention_sinks():
+    torch.manual_seed(0)
+    return AttentionSinks().eval(), (torch.randn(1, 8, 32),)

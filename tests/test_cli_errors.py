@@ -147,3 +147,13 @@ def test_nan_and_empty_outputs_do_not_pass_parity(tmp_path):
     assert "output_0: the reference (PyTorch) output holds 8 NaN/Inf value(s)" in row["error"]
     assert "output_1: nothing compared: the output has no elements" in row["error"]
     assert [o["passed"] for o in row["parity"]["outputs"]] == [False, False, True]
+
+
+def test_help_names_every_registered_target():
+    """The one-line description of edgeport lists the targets from the registry (it said "LiteRT / TPU /
+    ONNX" after ExecuTorch was added)."""
+    from edgeport.targets.registry import target_names
+
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert all(name in result.stdout for name in target_names()), result.stdout

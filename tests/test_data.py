@@ -135,8 +135,10 @@ def test_huge_data_file_read_only_up_to_the_cap(tmp_path, save):
     x = np.zeros((100_000, 1, 64), np.float32)  # 25.6 MB, 100k samples, distinct, quick to compress
     x[:, 0, 0] = np.arange(100_000)
     path = tmp_path / ("data.npy" if save == "npy" else "data.npz")
-    {"npz": lambda: np.savez(path, x=x), "npz_compressed": lambda: np.savez_compressed(path, x=x),
-     "npy": lambda: np.save(path, x)}[save]()
+    if save == "npy":
+        np.save(path, x)
+    else:
+        (np.savez_compressed if save == "npz_compressed" else np.savez)(path, x=x)
     del x
     tracemalloc.start()
     data = read_data(str(path), SINGLE)

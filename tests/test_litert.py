@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 import pytest
 
 from conftest import REPO, convert_in_process, read_report, run_cli

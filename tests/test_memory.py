@@ -11,6 +11,7 @@ import torch
 from conftest import REPO, run_cli
 from edgeport.core import memory
 from edgeport.errors import UsageError
+from edgeport.targets.measured import Measured
 from edgeport.targets.registry import all_targets, get_target
 
 MODELS = REPO / "tests" / "models.py"
@@ -18,8 +19,8 @@ W = 2_000_000_000
 
 
 def _target(name, factor, disk=1.0, judge_disk=0.0):
-    return SimpleNamespace(name=name, memory_factor=factor, disk_factor=disk, generation_memory_factor=None,
-                           generation_judge_disk_factor=judge_disk, generation_variant_memory_factors={})
+    return SimpleNamespace(name=name, measured=Measured(memory_factor=factor, disk_factor=disk,
+                                                        generation_judge_disk_factor=judge_disk))
 
 
 def test_disk_estimate_counts_the_largest_generative_judges_scratch():
@@ -29,7 +30,7 @@ def test_disk_estimate_counts_the_largest_generative_judges_scratch():
     forward = memory.estimate(W, [(a, "fp32"), (b, "fp32")])
     assert forward.disk == W * 3
     assert memory.estimate(W, [(a, "fp32"), (a, "int8"), (b, "fp32")], generative=True).disk == W * (1 + 1 + 0.25 + 1 + 1)
-    assert get_target("litert").generation_judge_disk_factor >= 1.0
+    assert get_target("litert").measured.generation_judge_disk_factor >= 1.0
 
 
 def test_estimate_takes_the_largest_factor_one_row_after_another():
@@ -52,8 +53,8 @@ def test_text_generation_estimates_with_the_generation_factors():
     """A text-generation row holds its signature programs and the reference beside the converter, measured
     apart from a forward row (bench/LARGE_GENERATION.md: 2.0-4.4x the weights at 0.6B): its estimate uses that
     factor, so a 1B model is refused up front instead of being killed by the OOM killer halfway."""
-    a = SimpleNamespace(name="a", memory_factor=1.5, disk_factor=1.0, generation_memory_factor=4.6,
-                        generation_judge_disk_factor=0.0, generation_variant_memory_factors={"int8": 5.5})
+    a = SimpleNamespace(name="a", measured=Measured(memory_factor=1.5, generation_memory_factor=4.6,
+                                                    generation_variant_memory_factors={"int8": 5.5}))
     forward, generative = memory.estimate(W, [(a, "fp32")]), memory.estimate(W, [(a, "fp32")], generative=True)
     assert forward.factor == 1.5 and generative.factor == 4.6
     assert generative.memory == memory.BASE_BYTES + int(W * 4.6)
@@ -62,9 +63,9 @@ def test_text_generation_estimates_with_the_generation_factors():
     assert memory.estimate(W, [(a, "fp32"), (a, "int8")]).factor == 1.5
     for target in all_targets():
         if target.generative is not None:
-            assert target.generation_memory_factor is not None, target.name
-            assert 1.0 < target.generation_memory_factor < 10, target.name   # a measured ratio, not a default
-            variants = target.generation_variant_memory_factors
+            assert target.measured.generation_memory_factor is not None, target.name
+            assert 1.0 < target.measured.generation_memory_factor < 10, target.name   # a measured ratio, not a default
+            variants = target.measured.generation_variant_memory_factors
             assert set(variants) <= set(target.generation().variants) and all(1.0 < f < 10 for f in variants.values())
 
 
@@ -77,10 +78,10 @@ def test_a_text_generation_run_is_refused_on_its_generation_estimate(tmp_path):
     model_dir = tiny_lm.save(model, tmp_path / "lm")
     onnx = get_target("onnx")
     weights = memory.fp32_weight_bytes([*model.parameters(), *model.buffers()])
-    between = memory.BASE_BYTES + int(weights * (onnx.memory_factor + onnx.generation_memory_factor) / 2)
+    between = memory.BASE_BYTES + int(weights * (onnx.measured.memory_factor + onnx.measured.generation_memory_factor) / 2)
     opts = api.convert_options(model=f"hf:{model_dir}", task="text-generation", out=tmp_path / "out",
                                targets=["onnx"], max_memory=between)
-    factor = re.escape(f"x {onnx.generation_memory_factor:g} for onnx")
+    factor = re.escape(f"x {onnx.measured.generation_memory_factor:g} for onnx")
     with pytest.raises(UsageError, match=rf"refusing to convert: estimated peak memory .* {factor}"):
         api.convert(opts)
     assert not (tmp_path / "out").exists()
@@ -95,9 +96,38 @@ def test_fp32_weight_bytes_counts_tied_weights_once_and_half_precision_as_fp32()
 
 
 def test_every_target_declares_its_measured_factors():
+    """Each registered target's measured.toml exists and holds measured ratios (not the defaults)."""
+    from edgeport.targets.measured import table_path
+
     for target in all_targets():
-        assert 1.0 < target.memory_factor <= 3.0, target.name
-        assert target.disk_factor >= 1.0, target.name
+        assert table_path(target.name).is_file(), target.name
+        assert 1.0 < target.measured.memory_factor <= 3.0, target.name
+        assert target.measured.disk_factor >= 1.0, target.name
+
+
+def test_bench_scripts_update_a_measurement_in_place_keeping_its_notes(tmp_path, monkeypatch):
+    """measured.update rewrites a number and keeps the provenance comments; a new key lands before the
+    tables; the next read sees it; a misspelled key is an error, never a silent default."""
+    from edgeport.targets import measured as M
+
+    table = tmp_path / "measured.toml"
+    table.write_text("# notes\nmemory_factor = 2.0   # why\n\n[generation_variant_memory_factors]\nint8 = 2.4\n")
+    monkeypatch.setattr(M, "table_path", lambda name: table)
+    M.measured.cache_clear()
+    try:
+        M.update("x", memory_factor=2.25, disk_factor=1.5)
+        assert table.read_text() == ("# notes\nmemory_factor = 2.25   # why\n\ndisk_factor = 1.5\n"
+                                     "[generation_variant_memory_factors]\nint8 = 2.4\n")
+        assert M.measured("x") == M.Measured(memory_factor=2.25, disk_factor=1.5,
+                                             generation_variant_memory_factors={"int8": 2.4})
+        with pytest.raises(ValueError, match="memory_factr"):
+            M.update("x", memory_factr=3.0)
+        table.write_text("memory_factr = 3.0\n")
+        M.measured.cache_clear()
+        with pytest.raises(ValueError, match="unknown measurement"):
+            M.measured("x")
+    finally:
+        M.measured.cache_clear()
 
 
 def test_check_refuses_over_max_memory_and_over_free_disk(tmp_path, monkeypatch):

@@ -15,9 +15,11 @@ from typing import List, Optional
 import typer
 
 from edgeport.errors import UsageError
+from edgeport.targets.registry import TARGET_MODULES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Export a PyTorch model once, convert it for LiteRT / TPU / ONNX, and prove every artifact.")
+                  help=f"Export a PyTorch model once, convert it for each target ({', '.join(TARGET_MODULES)}), "
+                       "and prove every artifact.")
 
 # Options shared by several commands: one definition, so their flags and help cannot drift apart.
 THREADS_OPTION = typer.Option("1", "--threads", help="threads for every runtime and the PyTorch reference; 'auto': pick each target's runner and thread count by a short sweep")

@@ -3,7 +3,7 @@ loaded and before any export or conversion, so a model that cannot fit is refuse
 instead of being killed by the OOM killer halfway, or filling the disk with a partial artifact.
 
 The estimate is the model's fp32 weight bytes times each target's measured peak factor
-(``Target.memory_factor``: peak RSS of one ``convert`` of that target / fp32 weight bytes, bench/LARGE.md),
+(``Target.measured.memory_factor``, from the target's ``measured.toml``: peak RSS of one ``convert`` of that target / fp32 weight bytes, bench/LARGE.md),
 plus the interpreter and converters' own footprint. Rows run one after another in one process, so the
 largest factor sets the peak; with ``-j N`` every worker holds its own copy of the program.
 """
@@ -100,17 +100,18 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
         base = BASE_BYTES * (1 + len(top))
     else:
         (factor, by), base = factors[0], BASE_BYTES
-    judging = max((t.generation_judge_disk_factor * artifact_share(v) for t, v in rows if generative), default=0.0)
-    disk = weight_bytes * (programs + sum(t.disk_factor * artifact_share(v) for t, v in rows) + judging)  # + exported
+    judging = max((t.measured.generation_judge_disk_factor * artifact_share(v) for t, v in rows if generative), default=0.0)
+    disk = weight_bytes * (programs + sum(t.measured.disk_factor * artifact_share(v) for t, v in rows) + judging)  # + exported
     held = intermediate_bytes * (1 + (jobs if jobs > 1 else 0))
     return Estimate(weight_bytes, int(base + weight_bytes * factor + held), int(disk), round(factor, 2), by, held)
 
 
 def _factor(target, generative: bool, variant: str) -> float:
+    factors = target.measured
     if not generative:
-        return target.memory_factor
-    found = target.generation_variant_memory_factors.get(variant, target.generation_memory_factor)
-    return found if found is not None else target.memory_factor
+        return factors.memory_factor
+    found = factors.generation_variant_memory_factors.get(variant, factors.generation_memory_factor)
+    return found if found is not None else factors.memory_factor
 
 
 # below this many fp32 weight bytes a model's leftovers are not worth a full collection (~0.5 s each)

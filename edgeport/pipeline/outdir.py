@@ -25,7 +25,7 @@ from pathlib import Path
 
 from edgeport.errors import UsageError
 
-from edgeport.pipeline.marker import MARKER, REPORT_SCHEMA, check_replaceable, claim, foreign_entries, write_marker
+from edgeport.pipeline.marker import MARKER, check_replaceable, claim, foreign_entries, write_marker
 
 PID_FILE = ".edgeport-run.pid"       # in staging and trash directories: "<pid> <host>" of the run owning it
 WRITABLE = os.W_OK | os.X_OK

@@ -157,8 +157,6 @@ def cached_conversion(cache, key: str, job, convert, state: dict, target_name: s
     and the stored details, notes and target rewrites with them; on a miss ``convert()`` runs and what it
     wrote into ``job.out_dir`` is stored (the artifact: a file, or a directory of files), unless the
     conversion says its result is not ``cacheable``."""
-    from edgeport.targets.base import Converted
-
     data = cache.get(key, job.out_dir)
     hit = restored(data, job.out_dir)
     if data is not None and hit is None:

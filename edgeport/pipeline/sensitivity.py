@@ -8,7 +8,6 @@ records, without building, judging and timing every artifact.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from edgeport.core.scratch import scratch
 from edgeport.errors import UsageError

@@ -9,34 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edgeport.diagnostics import first_line
 from edgeport.pipeline.options import JudgeOptions
 from edgeport.quantize.policy import FallbackPolicy
 
 
 class RewriteCache:
-    """The program as each target needs it (its declared passes + --decompositions). A pass that breaks
-    the program falls back to the original one, with a note saying so."""
+    """The program as each target needs it (its declared passes + --decompositions, applied by
+    :func:`edgeport.targets.rewrites.rewrite_for_target` as on text generation's programs), once per set."""
 
     def __init__(self, program, example: tuple, decompositions: dict):
         self.program, self.example, self.decompositions = program, example, decompositions
         self._done: dict = {}
 
     def for_target(self, target):
-        from edgeport.targets.rewrites import RewriteFailed, apply_rewrites
+        from edgeport.targets.rewrites import rewrite_for_target
 
         key = tuple(target.rewrites)
         if key not in self._done:
-            notes = []
-            # an untraceable custom op body is the likeliest breakage: retry without inlining, then without all
-            for names in dict.fromkeys((key, tuple(n for n in key if n != "inline_custom_ops"), ())):
-                try:
-                    result = apply_rewrites(self.program, self.example, names, self.decompositions if names else {})
-                    result.notes[:0] = notes
-                    self._done[key] = result
-                    break
-                except RewriteFailed as exc:
-                    notes.append(f"rewrite skipped: {first_line(exc)}")
+            self._done[key] = rewrite_for_target(self.program, key, self.example, self.decompositions)
         return self._done[key]
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import re
 import zipfile
 from pathlib import Path

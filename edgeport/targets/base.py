@@ -106,6 +106,9 @@ class GenerativeJob:
     # artifact will come from the model's own files, in which case a convert that falls back to the programs
     # calls it first
     rewrite: Callable[[], list] = field(default=lambda: [], repr=False)
+    # the target's passes ``rewrite`` applies (the row's; none for a bundle): a target that may build from the
+    # model's own files checks none of them is needed first (they would not reach that artifact)
+    passes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,20 +245,6 @@ class Target:
     budgets: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
     # artifact -> edgeport.quantize.artifact_share.ArtifactQuantization: what a non-fp32 artifact really quantizes
     read_quantization: Callable[[Path], Any] | None = None
-    # peak RSS of one `convert` of this target / the model's fp32 weight bytes, measured on a 2.24 GB model
-    # (bench/LARGE.md); the pre-flight check (edgeport.core.memory) refuses a model whose estimate won't fit
-    memory_factor: float = 2.5
-    # the same for a text-generation convert (export of every signature, the PyTorch reference, each variant
-    # converted and judged in the process that holds the model), measured on Qwen3-0.6B's shape
-    # (bench/LARGE_GENERATION.md); None: the forward factor
-    generation_memory_factor: float | None = None
-    # variant -> its own text-generation factor, where a run with that variant peaks above the target's
-    generation_variant_memory_factors: dict[str, float] = field(default_factory=dict, hash=False)
-    # the fp32 artifact's bytes (every file) / fp32 weight bytes; a variant scales it by its precision
-    disk_factor: float = 1.0
-    # what a text-generation judge writes beside the artifacts while it runs (a runtime's weight cache in the
-    # run's scratch) / fp32 weight bytes, scaled like disk_factor; judges run one at a time: the largest counts
-    generation_judge_disk_factor: float = 0.0
 
     def __post_init__(self):
         from edgeport.targets.rewrites import check_known
@@ -288,6 +277,14 @@ class Target:
         support = self.generation()
         offered = (support.variants + tuple(b.variant for b in support.bundles)) if support else ()
         return tuple(dict.fromkeys(self.variants + offered))
+
+    @property
+    def measured(self):
+        """What benchmarks measured about this target (memory and disk factors for the pre-flight check):
+        data in ``edgeport/targets/<name>/measured.toml``, not part of the contract (:mod:`edgeport.targets.measured`)."""
+        from edgeport.targets.measured import measured
+
+        return measured(self.name)
 
     def can_keep_float(self, variant: str) -> bool:
         return self.float_fallback is not None and variant in self.float_fallback.variants

@@ -12,7 +12,6 @@ prefixes do too — true for the usual converter bug (a wrong kernel); the repor
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from edgeport.core.scratch import scratch
 from edgeport.diagnostics import user_source

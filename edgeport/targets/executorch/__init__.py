@@ -27,18 +27,8 @@ TARGET = Target(
     float_fallback=FallbackSupport(SCHEMES, layers, prepare),
     calibrated_variants=("int8",),
     relative_cost=1.5,
-    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
-    memory_factor=2.0,
-    # Qwen3-0.6B fp32: conversion 2.07x, judge 2.12x; Llama-3.2-1B 1.60x (bench/LARGE_GENERATION.md, seventh session)
-    generation_memory_factor=2.2,
-    # with -q dynamic-int8 (PT2E, then lowering many more partitions): 2.30x whole run at Qwen3-0.6B, its
-    # conversion the peak (bench/LARGE_GENERATION.md, tenth session)
-    generation_variant_memory_factors={"dynamic-int8": 2.4},
-    # artifact bytes per fp32 weight byte at its peak on disk: a generative .pte stores the tied table twice
-    # (1.26x at Qwen3-0.6B) and its delegates' weights spill to files beside it while it is written (1x)
-    disk_factor=2.3,
     report_sections=report_sections,
     slow_ops=portable_ops,
-    rewrites=("upcast_fp32", "inline_custom_ops", "real_dft", "sort_by_rank"),
+    rewrites=("upcast_fp32", "inline_custom_ops", "real_dft", "sort_by_rank", "complex_pairs", "max_dim_2d"),
     budgets={"fp32": parity.FP32, "int8": parity.STATIC_INT8, "dynamic-int8": parity.DYNAMIC_INT8},
 )

@@ -33,6 +33,9 @@ from pathlib import Path
 from edgeport.errors import UsageError
 
 OPTION = "litert_lowering"
+# LiteRT's passes on attention and the KV cache write, which export_hf writes its own way (they do not count
+# against taking it); every other declared pass the programs need does (:func:`job_refusal`)
+OWN_ATTENTION = ("grouped_query_attention", "kv_write_dynamic_update_slice", "expand_before_transpose")
 CHOICES = ("auto", "export_hf", "edgeport")
 WORK = "export_hf"          # out_dir/export_hf/: export_hf's work files (the bundle's, with --litertlm)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")   # what AutoTokenizer reads
@@ -116,7 +119,20 @@ def window_refusal(where: Path, cache_len: int, trust_remote_code: bool) -> str 
 
 def will_try(job) -> bool:
     """export_hf is asked for or may take the model (cheap: no import); it may still refuse it."""
-    return (job.options.get(OPTION) or "auto") != "edgeport" and refusal(job.layout) is None
+    return (job.options.get(OPTION) or "auto") != "edgeport" and job_refusal(job) is None
+
+
+def job_refusal(job) -> str | None:
+    """:func:`refusal`, or the passes LiteRT declares that these programs need: export_hf lowers the model's
+    own modules, so none of them would reach its ``.tflite`` (a MoE router's sort became STABLEHLO_SORT,
+    which the interpreter does not load; ``sort_by_rank`` on the programs is what LiteRT runs)."""
+    why = refusal(job.layout)
+    if why or not job.programs:
+        return why
+    from edgeport.targets.rewrites import pending
+
+    needed = pending(job.programs.values(), [n for n in job.passes if n not in OWN_ATTENTION])
+    return f"the programs need {', '.join(needed)}, which export_hf's own lowering does not apply" if needed else None
 
 
 def lower(job, dst: Path, edgeport_lowering) -> tuple[str, str]:
@@ -126,7 +142,7 @@ def lower(job, dst: Path, edgeport_lowering) -> tuple[str, str]:
     if choice == "edgeport":
         edgeport_lowering(job, dst)
         return "edgeport", "--litert-lowering edgeport"
-    why = refusal(job.layout)
+    why = job_refusal(job)
     if why is None:
         try:
             export(job, dst)

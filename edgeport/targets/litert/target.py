@@ -87,7 +87,8 @@ def op_counts(path: Path) -> dict[str, int]:
 
         found = [op_name(g.Operators(i)) for g in (model.Subgraphs(k) for k in range(model.SubgraphsLength()))
                  for i in range(g.OperatorsLength())]
-        del model, codes   # the accessors hold views of the mapping, which must close
+        codes.clear()   # the accessors hold views of the mapping, which must close
+        del model
     return histogram(found)
 
 
@@ -107,10 +108,6 @@ TARGET = Target(
     calibrated_variants=("int8",),
     read_quantization=litert_share.read,
     relative_cost=2.0,
-    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
-    memory_factor=2.8,   # litert-torch's own constant copies and flatbuffer (lightweight conversion)
-    generation_memory_factor=2.0,   # Qwen3-0.6B fp32 + weight-int8: 1.97x, Llama-3.2-1B 1.51x (bench/LARGE_GENERATION.md)
-    generation_judge_disk_factor=1.0,   # XNNPACK's weight cache (packed weights) in the run's scratch: interpreter.py
     options=(TargetOption("nhwc", "litert: channel-last (NHWC) image inputs in the .tflite", kind=bool),
              TargetOption("litertlm", "litert: also write model.litertlm (LiteRT-LM bundle via litert-torch's "
                           "export_hf) for a Hugging Face causal LM, judged in litert_lm.Engine", kind=bool),

@@ -249,10 +249,4 @@ TARGET = Target(
     rewrites=("upcast_fp32", "inline_custom_ops", "complex_pairs"),
     refuses=(("bfloat16", "onnxruntime CPU has no bf16 Mul"),
              ("aten.view_as_complex.default", "No decompositions registered for the complex-valued input")),
-    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
-    memory_factor=1.5,   # external data above 1 GiB; onnxruntime maps it
-    # Qwen3-0.6B shape, whole run (bench/LARGE_GENERATION.md, fifth session): 2.55x, the fp32 judge (each
-    # onnxruntime session pre-packs its own MatMul weights); 3.61x before onnxscript's matchers let go of the
-    # exported graph, 3.89x before the int8 quantizer read the weights one at a time
-    generation_memory_factor=2.1,   # Qwen3-0.6B fp32 + dynamic-int8: 2.05x, one session at a time (bench/LARGE_GENERATION.md)
 )

@@ -9,8 +9,8 @@ report row. One module per family; each registers its passes where it defines th
 otherwise; parity against the user's own eager model still judges every artifact.
 """
 
-from edgeport.targets.rewrites import attention, cache_write, complex, conv, custom_ops, dft, experts, grouped_attention, histc, precision, scatter, sort  # noqa: F401
-from edgeport.targets.rewrites.apply import REFUSED_WHEN, Rewritten, apply_rewrites, refused_ops
+from edgeport.targets.rewrites import attention, cache_write, complex, conv, custom_ops, dft, experts, grouped_attention, histc, precision, reduce, scatter, sort  # noqa: F401
+from edgeport.targets.rewrites.apply import REFUSED_WHEN, Rewritten, apply_rewrites, pending, refused_ops, rewrite_for_target
 from edgeport.targets.rewrites.custom_ops import describe_custom_ops, load_decompositions
 from edgeport.targets.rewrites.experts import apply_module_rewrites
 from edgeport.targets.rewrites.precision import low_precision_of
@@ -18,4 +18,4 @@ from edgeport.targets.rewrites.registry import REWRITES, PROGRAM_PASSES, Rewrite
 
 __all__ = ["REFUSED_WHEN", "REWRITES", "PROGRAM_PASSES", "Rewrite", "RewriteFailed", "Rewritten", "apply_module_rewrites",
            "apply_rewrites", "check_known", "describe_custom_ops", "load_decompositions", "low_precision_of",
-           "refused_ops"]
+           "pending", "refused_ops", "rewrite_for_target"]

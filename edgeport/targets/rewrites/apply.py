@@ -66,6 +66,40 @@ def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict |
     return Rewritten(new_program, example, applied, notes, precision)
 
 
+def pending(programs, names) -> list[str]:
+    """The node passes among ``names`` with work in any of ``programs`` (their ops occur): what a
+    conversion that skips the programs (a target building from the model's own files) would leave out."""
+    found = {str(n.target) for p in programs for n in p.graph.nodes if n.op == "call_function"}
+    return [n for n in names if n in REWRITES and (set(REWRITES[n].ops) & found if REWRITES[n].ops else
+                                                   any(_matches(REWRITES[n], node) for p in programs for node in p.graph.nodes))]
+
+
+def rewrite_for_target(program, names, example: tuple = (), decompositions: dict | None = None,
+                       example_kwargs: dict | None = None) -> Rewritten:
+    """The one way a target's declared passes reach a program, whatever the task (forward's one program,
+    every prefill/decode signature of text generation): all of them in one re-export; if that breaks, one
+    pass at a time, each kept only if its re-export works, so a pass that breaks this program (an
+    untraceable custom op body, an attention shape a pass did not expect) costs only itself, with a note,
+    and the others (e.g. ``sort_by_rank``, without which the artifact does not load) still apply."""
+    from edgeport.diagnostics import first_line
+
+    try:
+        return apply_rewrites(program, example, tuple(names), decompositions, example_kwargs)
+    except RewriteFailed as exc:
+        notes = [f"rewrite skipped: {first_line(exc)}"]
+    program, example, applied, precision = program, tuple(example), [], None
+    steps = [((name,), None) for name in names] + ([((), decompositions)] if decompositions else [])
+    for step_names, step_decompositions in steps:
+        try:
+            step = apply_rewrites(program, example, step_names, step_decompositions, example_kwargs)
+        except RewriteFailed as exc:
+            notes.append(f"rewrite skipped: {first_line(exc)}")
+            continue
+        program, example, precision = step.program, step.example_inputs, precision or step.reference_precision
+        applied, notes = applied + step.applied, notes + step.notes
+    return Rewritten(program, example, applied, notes, precision)
+
+
 def reexport(gm, example: tuple, kwargs: dict | None = None):
     """``torch.export`` of the rewritten GraphModule (already in inference form: no .eval() on it)."""
     import torch

@@ -18,7 +18,6 @@ def has_output_padding(node) -> bool:
 def conv_transpose_cropped(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """Transposed conv with ``output_padding`` as: full transposed conv (padding 0), crop ``padding`` at
     the start and ``padding - output_padding`` at the end (zero-pad if negative), then add the bias."""
-    import torch
     import torch.nn.functional as F
 
     dims = x.dim() - 2

@@ -63,7 +63,6 @@ def load_executable(directory: str | Path, topology: str):
 
     Same trust rule as ``jax.experimental.serialize_executable``: only load executables you produced.
     """
-    import jax
     from jax.experimental.serialize_executable import deserialize_and_load
 
     model = load(directory)

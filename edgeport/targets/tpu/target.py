@@ -323,12 +323,6 @@ TARGET = Target(
     generative="edgeport.targets.tpu.generate",
     calibrated_variants=(),
     relative_cost=3.0,
-    # peak RSS of one convert over the fp32 weights, libraries aside (bench/LARGE.md, 1.12 GB model)
-    memory_factor=1.5,   # the weights once: jax aliases torch's and the mapped weights.safetensors
-    # Qwen3-0.6B shape (bench/LARGE_GENERATION.md, fifth session): 2.34x (was 4.26x, then 2.88x): the tied table
-    # held and written once, converted once for all signatures, the programs' tensors viewing the jax copies;
-    # the peak is the end of prefill's lowering (the mapped weights and their copies, before the views)
-    generation_memory_factor=2.4,
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES}; 'none': the artifact only, no compile)", multiple=True,

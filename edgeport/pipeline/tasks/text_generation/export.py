@@ -158,7 +158,6 @@ def export_generation(source, plan, out_dir: Path, loaded: tuple | None = None) 
     is :func:`load_causal_lm`'s result when the caller loaded the model already."""
     from edgeport.errors import ExportFailed
     from edgeport.core.program import describe_export_error, save_program
-    from edgeport.pipeline.tasks.text_generation.flat import flatten
 
     model, notes = loaded or load_causal_lm(source)
     check_window(model, plan.cache_len)

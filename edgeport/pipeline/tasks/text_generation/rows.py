@@ -27,7 +27,7 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     bundle = target.generation().bundle(variant)
     passes = [] if bundle else [n for n in target.rewrites if n in REWRITES]
     job = GenerativeJob(dict(session.programs), session.samples, session.layout.to_json(), variant, out_dir,
-                        dict(session.target_options), notes=list(session.notes),
+                        dict(session.target_options), notes=list(session.notes), passes=tuple(passes),
                         progress=scoped(session.progress, f"{target.name} {variant}"))
     support = target.generation()
     from_source = not bundle and bool(support.from_source and support.from_source(job))
@@ -80,19 +80,15 @@ def _convert(target, bundle, passes: list[str], job, session, from_source: bool)
 
 def rewritten_programs(target, programs: dict, samples: dict, names: list[str] | None = None) -> tuple[dict, list[str], list[str]]:
     """(programs, passes applied, notes): the target's node rewrites (e.g. ``sort_by_rank`` for a MoE router
-    that sorts) on each prefill/decode program, re-exported with its named inputs. A pass that breaks a
-    program leaves that program as it was, with a note."""
-    from edgeport.targets.rewrites import REWRITES, RewriteFailed, apply_rewrites
+    that sorts) on each prefill/decode program, re-exported with its named inputs, the way forward's program
+    gets them (:func:`edgeport.targets.rewrites.rewrite_for_target`, the same fallbacks and notes)."""
+    from edgeport.targets.rewrites import REWRITES, rewrite_for_target
 
     names = [n for n in target.rewrites if n in REWRITES] if names is None else names
     out, applied, notes = {}, [], []
     for name, program in programs.items():
-        try:
-            result = apply_rewrites(program, (), names, example_kwargs=samples.get(name))
-        except RewriteFailed as exc:
-            out[name] = program
-            notes.append(f"rewrite skipped on {name}: {first_line(exc)}")
-            continue
+        result = rewrite_for_target(program, names, example_kwargs=samples.get(name))
+        notes += [f"{note} ({name})" for note in result.notes]
         out[name] = result.program
         applied += [a for a in result.applied if a not in applied]
     return out, applied, notes
