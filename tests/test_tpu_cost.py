@@ -99,6 +99,24 @@ def test_forward_sweep_compiles_each_batch_and_writes_the_page(tmp_path):
     assert "tpu_cost" in (out / "report.md").read_text() or "move to TPU" in (out / "report.md").read_text()
 
 
+def test_bf16_row_is_compared_with_pytorch_fp32_and_bf16(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("convert", f"{MODELS}:cnn", "-t", "tpu", "-q", "bf16", "--tpu-topology", "none", "--out", out,
+                     "--samples", "2", "--no-latency", "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = read_report(out)
+    rows = {r["variant"]: r for r in report["targets"]}
+    assert "bf16_parity" not in rows["fp32"]
+    block = rows["bf16"]["bf16_parity"]
+    assert block["samples"] == 2
+    for key in ("tpu_bf16_vs_eager_fp32", "tpu_bf16_vs_eager_bf16", "eager_bf16_vs_eager_fp32"):
+        assert 0.99 < block[key]["cosine_min"] <= 1.0 + 1e-6, (key, block[key])
+    assert block["eager_bf16_vs_eager_fp32"]["max_abs_err"] > 0, "eager bf16 that equals fp32 did not run in bf16"
+    # the TPU's fp32 error is the row's own parity, measured the same way
+    assert block["tpu_bf16_vs_eager_fp32"]["max_abs_err"] == pytest.approx(rows["bf16"]["parity"]["max_abs_err"], rel=1e-3)
+    assert any(s["key"] == "tpu_bf16_parity" for s in report["sections"])
+
+
 def test_check_lists_what_ties_a_model_to_cuda(tmp_path):
     model = write_model_file(tmp_path, """
 class M(nn.Module):

@@ -35,6 +35,7 @@ from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, NO_COMPILE_NOTE, TOPOL
 from edgeport.targets.tpu.blockers import cuda_ties
 from edgeport.targets.tpu.costpage import cost_sections
 from edgeport.targets.tpu.costrun import run_cost
+from edgeport.targets.tpu.deploy_parity import bf16_parity, sections as parity_sections
 from edgeport.targets.tpu.runtime import JaxXlaRunner
 from edgeport.targets.tpu.sweep import sweep_topologies, validate_batches
 from edgeport.validate import parity
@@ -230,6 +231,9 @@ def convert(job: ConvertJob) -> Converted:
                     job.out_dir, job.variant, job.notes, job.progress, compiles)
     if cost is not None:
         details["tpu_cost"] = cost
+    if job.variant == "bf16" and not job.artifact_only:
+        job.progress("bf16 parity against PyTorch fp32 and bf16")
+        details["bf16_parity"] = bf16_parity(job, out)
     if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
     return Converted(out / EXPORT_FILE, details, cacheable=_cacheable(compiles), files=side_files(out))
@@ -322,7 +326,7 @@ def _meta(job: ConvertJob, exported, lowered: Lowered, precision: str, executabl
 
 def all_sections(row: dict) -> list:
     """The compile table, then the cost table when the row swept batch sizes."""
-    return report_sections(row) + cost_sections(row)
+    return report_sections(row) + cost_sections(row) + parity_sections(row)
 
 
 TARGET = Target(
