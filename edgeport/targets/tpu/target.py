@@ -226,17 +226,25 @@ def convert(job: ConvertJob) -> Converted:
     details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
                "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
-    cost = run_cost(job.options, [{"name": "forward", "fn": lowered.fn, "weight_avals": _weight_avals(lowered.weights),
-                                   "input_avals": lowered.compile_avals}], sweep_topologies(job.options, topologies), precision, False,
-                    job.out_dir, job.variant, job.notes, job.progress, compiles)
-    if cost is not None:
-        details["tpu_cost"] = cost
-    if job.variant == "bf16" and not job.artifact_only:
-        job.progress("bf16 parity against PyTorch fp32 and bf16")
-        details["bf16_parity"] = bf16_parity(job, out)
+    details.update(_deployment(job, lowered, topologies, precision, compiles, out))
     if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
     return Converted(out / EXPORT_FILE, details, cacheable=_cacheable(compiles), files=side_files(out))
+
+
+def _deployment(job: ConvertJob, lowered: Lowered, topologies: list, precision: str, compiles: list, out: Path) -> dict:
+    """What a team deciding on TPUs reads: the ``--tpu-batch`` cost table and, for bf16, parity against
+    PyTorch fp32 and bf16."""
+    found = {}
+    cost = run_cost(job.options, [{"name": "forward", "fn": lowered.fn, "weight_avals": _weight_avals(lowered.weights),
+                                   "input_avals": lowered.compile_avals}], sweep_topologies(job.options, topologies),
+                    precision, False, job.out_dir, job.variant, job.notes, job.progress, compiles)
+    if cost is not None:
+        found["tpu_cost"] = cost
+    if job.variant == "bf16" and not job.artifact_only:
+        job.progress("bf16 parity against PyTorch fp32 and bf16")
+        found["bf16_parity"] = bf16_parity(job, out)
+    return found
 
 
 def side_files(out: Path) -> list[Path]:
