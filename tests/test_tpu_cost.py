@@ -91,6 +91,9 @@ def test_forward_sweep_compiles_each_batch_and_writes_the_page(tmp_path):
     tpu = {e["batch"]: e for e in block["rows"] if e["kind"] == "tpu"}
     assert tpu[4]["tokens_per_s"] > tpu[1]["tokens_per_s"] and sum(bool(e.get("best")) for e in tpu.values()) == 1
     assert {e["hardware"] for e in block["rows"] if e["kind"] == "gpu"} == {"H100", "A100"}
+    share = row["tpu_compile_share"]  # issue 38: the compiles' share of the conversion, sweep included
+    assert 0 < share["share"] <= 1 and share["compile_seconds"] >= block["sweep_compile_seconds"]
+    assert any("libtpu AOT compiles took" in n for n in row["notes"])
     report = read_report(out)
     assert any(s["key"] == "tpu_cost" for s in report["sections"])
     page = (out / block["page"]).read_text()
@@ -155,3 +158,19 @@ def test_text_generation_sweep_reports_decode_and_prefill(tmp_path):
     tpu = {e["batch"]: e for e in block["rows"] if e["kind"] == "tpu"}
     assert tpu[8]["peak_bytes"] > tpu[1]["peak_bytes"], "batch 8 holds eight KV caches"
     assert tpu[8]["prefill_tokens_per_s"] > 0 and json.dumps(block)
+
+
+def test_parallel_sweep_keeps_request_order_and_stays_serial_for_big_programs():
+    from edgeport.targets.tpu import sweep
+
+    seen = []
+
+    def fake_run(requests, _serialized, _common, _timeout):
+        seen.append([r["i"] for r in requests])
+        return [{"ok": True, "i": r["i"]} for r in requests]
+
+    requests = [{"i": i} for i in range(5)]
+    assert [r["i"] for r in sweep._in_parallel(requests, 2, {}, fake_run, 1.0)] == list(range(5))
+    assert sorted(map(sorted, seen)) == [[0, 2, 4], [1, 3]], "two children, requests dealt round robin"
+    assert sweep.compile_workers(12, sweep.PARALLEL_MAX_EXPORT_BYTES) == 1
+    assert sweep.compile_workers(1, 1000) == 1

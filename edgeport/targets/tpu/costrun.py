@@ -63,3 +63,16 @@ def _base_batch(programs: list[dict]) -> int:
     leading = {tuple(a.shape)[0] if len(a.shape) else None for a in programs[-1]["input_avals"]}
     value = leading.pop() if len(leading) == 1 else None
     return value if isinstance(value, int) and value > 0 else 1
+
+
+def compile_share(compiles: list[dict], cost: dict | None, started: float, notes: list) -> dict | None:
+    """How much of the row's conversion the libtpu compiles took (issue 38: on small models they dominate):
+    the row's own compiles (the first includes the compile child's start) plus the batch sweep."""
+    seconds = sum(c.get("compile_seconds") or 0.0 for c in compiles) + ((cost or {}).get("sweep_compile_seconds") or 0.0)
+    total = time.perf_counter() - started
+    if not seconds or total <= 0:
+        return None
+    share = min(1.0, seconds / total)
+    notes.append(f"libtpu AOT compiles took {seconds:.1f} s of this row's {total:.1f} s conversion ({share:.0%}); "
+                 "--tpu-topology none skips them; the cache keeps them for the next run")
+    return {"compile_seconds": round(seconds, 3), "convert_seconds": round(total, 3), "share": round(share, 3)}

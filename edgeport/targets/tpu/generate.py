@@ -14,6 +14,7 @@ updated cache reuses the input buffers instead of being counted a second time.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
@@ -23,13 +24,14 @@ from edgeport.targets.tpu.signatures import META_FILE, WEIGHTS_FILE, JaxSignatur
 
 def convert(job: GenerativeJob) -> Converted:
     from edgeport.targets.tpu.aot import NO_COMPILE_NOTE, topologies_of
-    from edgeport.targets.tpu.costrun import run_cost
+    from edgeport.targets.tpu.costrun import compile_share, run_cost
     from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
     libtpu_compile_env()
     import jax
 
+    started = time.perf_counter()
     out = job.out_dir / f"generate_{job.variant}"
     out.mkdir(parents=True, exist_ok=True)
     precision = "highest" if job.variant == "fp32" else "default"
@@ -64,6 +66,9 @@ def convert(job: GenerativeJob) -> Converted:
                     job.notes, job.progress, compiles)
     if cost is not None:
         details["tpu_cost"] = cost
+    share = compile_share(compiles, cost, started, job.notes)
+    if share:
+        details["tpu_compile_share"] = share
     return Converted(out, details, cacheable=not any("process" in c for c in compiles))
 
 

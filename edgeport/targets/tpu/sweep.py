@@ -98,7 +98,38 @@ def _compile_sweep(todo: list, precision: str, progress) -> list[dict]:
                              "export": str(path), "avals": [[list(s), d] for s, d in avals],
                              "donate": list(program.get("donate", ())), "executable": None})
             labels.append({"program": program["name"], "batch": batch})
-        progress(f"compile {len(requests)} (program x batch x topology) in one process")
-        results = run_compiles(requests, b"", {"out": str(Path(tmp).resolve())}, COMPILE_TIMEOUT_S)
+        workers = compile_workers(len(requests), max(p.stat().st_size for p, _a in exports.values()))
+        progress(f"compile {len(requests)} (program x batch x topology) in {workers} process(es)")
+        results = _in_parallel(requests, workers, {"out": str(Path(tmp).resolve())}, run_compiles, COMPILE_TIMEOUT_S)
     return [{**label, "topology": r["topology"], "ok": False, "error": None, **result}
             for label, r, result in zip(labels, requests, results)]
+
+
+# A compile child of a small program holds a few hundred MB (jax, libtpu, the program); two of them side by side
+# use both cores of a CI runner. Programs this large or larger (a serialized export: StableHLO without the
+# weights) compile one child at a time, as do hosts with one core.
+PARALLEL_MAX_EXPORT_BYTES = 64 * 2**20
+
+
+def compile_workers(requests: int, export_bytes: int) -> int:
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(2, cores, requests)) if export_bytes < PARALLEL_MAX_EXPORT_BYTES else 1
+
+
+def _in_parallel(requests: list[dict], workers: int, common: dict, run, timeout: float) -> list[dict]:
+    """``run(requests, b"", common, timeout)`` over ``workers`` children side by side (requests dealt round
+    robin, so each child gets small and large batches); results in request order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if workers <= 1:
+        return run(requests, b"", common, timeout)
+    groups = [list(range(len(requests)))[w::workers] for w in range(workers)]
+    with ThreadPoolExecutor(workers) as pool:
+        done = list(pool.map(lambda g: run([requests[i] for i in g], b"", common, timeout), groups))
+    results: list = [None] * len(requests)
+    for group, rows in zip(groups, done):
+        for i, row in zip(group, rows):
+            results[i] = row
+    return results

@@ -34,7 +34,7 @@ from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, NO_COMPILE_NOTE, TOPOL
                                      pieces, report_sections, topologies_of, validate_topologies)
 from edgeport.targets.tpu.blockers import cuda_ties
 from edgeport.targets.tpu.costpage import cost_sections
-from edgeport.targets.tpu.costrun import run_cost
+from edgeport.targets.tpu.costrun import compile_share, run_cost
 from edgeport.targets.tpu.deploy_parity import bf16_parity, sections as parity_sections
 from edgeport.targets.tpu.runtime import JaxXlaRunner
 from edgeport.targets.tpu.sweep import sweep_topologies, validate_batches
@@ -226,15 +226,16 @@ def convert(job: ConvertJob) -> Converted:
     details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
                "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
-    details.update(_deployment(job, lowered, topologies, precision, compiles, out))
+    details.update(_deployment(job, lowered, topologies, precision, compiles, out, start))
     if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
     return Converted(out / EXPORT_FILE, details, cacheable=_cacheable(compiles), files=side_files(out))
 
 
-def _deployment(job: ConvertJob, lowered: Lowered, topologies: list, precision: str, compiles: list, out: Path) -> dict:
-    """What a team deciding on TPUs reads: the ``--tpu-batch`` cost table and, for bf16, parity against
-    PyTorch fp32 and bf16."""
+def _deployment(job: ConvertJob, lowered: Lowered, topologies: list, precision: str, compiles: list, out: Path,
+                started: float) -> dict:
+    """What a team deciding on TPUs reads: the ``--tpu-batch`` cost table, for bf16 parity against PyTorch
+    fp32 and bf16, and the compiles' share of the conversion."""
     found = {}
     cost = run_cost(job.options, [{"name": "forward", "fn": lowered.fn, "weight_avals": _weight_avals(lowered.weights),
                                    "input_avals": lowered.compile_avals}], sweep_topologies(job.options, topologies),
@@ -244,6 +245,9 @@ def _deployment(job: ConvertJob, lowered: Lowered, topologies: list, precision: 
     if job.variant == "bf16" and not job.artifact_only:
         job.progress("bf16 parity against PyTorch fp32 and bf16")
         found["bf16_parity"] = bf16_parity(job, out)
+    share = compile_share(compiles, cost, started, job.notes)
+    if share:
+        found["tpu_compile_share"] = share
     return found
 
 
