@@ -137,6 +137,31 @@ def build():
     assert "cuda code at model.py:7" in result.stdout, result.stdout
 
 
+def test_check_names_a_custom_op_with_only_a_cuda_kernel(tmp_path):
+    model = write_model_file(tmp_path, """
+lib = torch.library.Library("cudaonly_test", "DEF")
+lib.define("scale(Tensor x) -> Tensor")
+lib.impl("scale", lambda x: x * 2, "CUDA")
+
+
+@torch.library.register_fake("cudaonly_test::scale")
+def _fake(x):
+    return torch.empty_like(x)
+
+
+class M(nn.Module):
+    def forward(self, x):
+        return torch.ops.cudaonly_test.scale(x) + 1
+
+
+def build():
+    return M().eval(), (torch.randn(2, 4),)
+""")
+    result = run_cli("check", f"{model}:build", "-t", "tpu")
+    assert "cudaonly_test::scale (CUDA kernel only)" in result.stdout, result.stdout
+    assert "CompositeImplicitAutograd" in result.stdout
+
+
 def test_check_is_quiet_for_a_portable_model():
     result = run_cli("check", f"{MODELS}:cnn", "-t", "tpu")
     assert "float64" not in result.stdout and "cuda" not in result.stdout.lower(), result.stdout

@@ -38,7 +38,7 @@ def cuda_ties(program) -> dict[str, tuple[int, str]]:
 
     for node in program.graph.nodes:
         for key in _node_ties(node):
-            add(key if key in FIX else f"{key}", FIX.get(key, FIX["cuda_only"]))
+            add(key, FIX.get(key, FIX["cuda_only"]))
     for name, tensor in {**program.state_dict, **program.constants}.items():
         if getattr(tensor, "dtype", None) is not None and str(tensor.dtype) == "torch.float64":
             add("float64", FIX["float64"])
@@ -60,7 +60,7 @@ def _node_ties(node) -> list[str]:
     if "triton_kernel_wrapper" in name:
         ties.append("triton")
     elif isinstance(node.target, torch._ops.OpOverload) and node.target.namespace not in ATEN and _cuda_only(node.target):
-        ties.append(f"{node.target.namespace}::{node.target._opname}")
+        ties.append(f"{node.target.namespace}::{node.target._opname} (CUDA kernel only)")
     value = node.meta.get("val")
     if isinstance(value, torch.Tensor):
         if value.dtype == torch.float64:
