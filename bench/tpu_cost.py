@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # compile children
 sys.path.insert(0, str(REPO / "tests"))
 
 TOPOLOGIES = ["v5e:1x1", "v6e:1x1", "v5p:2x2x1"]
@@ -85,8 +87,7 @@ def small_llama(tmp: Path) -> dict:
             "--no-latency", "--no-cache", "--tpu-batch", ",".join(map(str, BATCHES)), "--out", str(out)]
     args += [a for t in TOPOLOGIES for a in ("--tpu-topology", t)]
     start = time.perf_counter()
-    result = subprocess.run(args, capture_output=True, text=True, cwd=REPO, env={**__import__("os").environ,
-                            "PYTHONPATH": str(REPO)})
+    result = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - start
     if result.returncode not in (0, 1):
         raise SystemExit(result.stderr[-3000:])
@@ -127,9 +128,12 @@ def print_block(title: str, block: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-llm", action="store_true")
+    parser.add_argument("--cnn", action="append", default=None,
+                        help="CNN specs (default tests/models.py:cnn and samples/models/tiny_cnn.py:build); 'none' for none")
     args = parser.parse_args()
+    cnns = [c for c in (args.cnn or ["tests/models.py:cnn", "samples/models/tiny_cnn.py:build"]) if c != "none"]
     with tempfile.TemporaryDirectory(prefix="tpu-cost-") as tmp:
-        for spec in ("tests/models.py:cnn", "samples/models/tiny_cnn.py:build"):
+        for spec in cnns:
             r = cnn_compile(spec, Path(tmp))
             print(f"\n== {spec}: row convert {r['convert_s']:.1f} s (its 3 compiles {r['row_compile_s']:.1f} s, "
                   f"{r['row_compile_s'] / r['convert_s']:.0%} of it); sweep {BATCHES} x {len(TOPOLOGIES)} topologies: "

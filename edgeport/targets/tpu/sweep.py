@@ -112,10 +112,15 @@ PARALLEL_MAX_EXPORT_BYTES = 64 * 2**20
 
 
 def compile_workers(requests: int, export_bytes: int) -> int:
+    """Two children when two cores are idle (measured here on a host whose load average was 10 on 2 cores,
+    two children were 0.83x of one: bench/TPU_COST.md), else one."""
     import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(2, cores, requests)) if export_bytes < PARALLEL_MAX_EXPORT_BYTES else 1
+    idle = cores - (os.getloadavg()[0] if hasattr(os, "getloadavg") else cores)
+    if export_bytes >= PARALLEL_MAX_EXPORT_BYTES or idle < 1.5:
+        return 1
+    return max(1, min(2, requests))
 
 
 def _in_parallel(requests: list[dict], workers: int, common: dict, run, timeout: float) -> list[dict]:
