@@ -75,7 +75,7 @@ def small_llama(tmp: Path) -> dict:
     import tiny_lm
     import transformers as T
 
-    config = T.LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+    config = T.LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
                            num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048,
                            tie_word_embeddings=False, **tiny_lm.SPECIAL)
     model = T.LlamaForCausalLM(config).eval()
@@ -83,7 +83,7 @@ def small_llama(tmp: Path) -> dict:
     model_dir = tiny_lm.save(model, tmp / "llama")
     out = tmp / "llama_out"
     args = [sys.executable, "-m", "edgeport", "convert", f"hf:{model_dir}", "--task", "text-generation", "-t", "tpu",
-            "-q", "bf16", "--prefill-len", "128", "--cache-len", "1024", "--gen-tokens", "4", "--samples", "2",
+            "-q", "bf16", "--prefill-len", "32", "--cache-len", "512", "--gen-tokens", "4", "--samples", "2",
             "--no-latency", "--no-cache", "--tpu-batch", ",".join(map(str, BATCHES)), "--out", str(out)]
     args += [a for t in TOPOLOGIES for a in ("--tpu-topology", t)]
     start = time.perf_counter()
@@ -143,7 +143,7 @@ def main() -> None:
             r = small_llama(Path(tmp))
             row = r["rows"]["bf16"]
             block = row["tpu_cost"]
-            print(f"\n== small Llama ({r['params'] / 1e6:.0f}M params, cache 1024, prefill 128): CLI wall {r['wall_s']:.0f} s, "
+            print(f"\n== small Llama ({r['params'] / 1e6:.0f}M params, cache 512, prefill 32): CLI wall {r['wall_s']:.0f} s, "
                   f"bf16 row convert {row['convert_seconds']:.0f} s, sweep compiles {block['sweep_compile_seconds']:.0f} s")
             print_block("small Llama bf16", block)
     p = published_ratio()

@@ -199,3 +199,36 @@ def test_parallel_sweep_keeps_request_order_and_stays_serial_for_big_programs():
     assert sorted(map(sorted, seen)) == [[0, 2, 4], [1, 3]], "two children, requests dealt round robin"
     assert sweep.compile_workers(12, sweep.PARALLEL_MAX_EXPORT_BYTES) == 1
     assert sweep.compile_workers(1, 1000) == 1
+
+
+def test_a_cancelled_parallel_sweep_stops_its_compile_watchers():
+    """SIGTERM/Ctrl-C reaches only the main thread: the watchers (one per compile child) must stop too."""
+    import signal
+    import time
+
+    from edgeport.targets.tpu import aot_process, sweep
+
+    stopped = []
+
+    def watcher(requests, _serialized, _common, _timeout):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if aot_process.CANCEL.is_set():
+                stopped.append(requests[0]["i"])
+                raise RuntimeError("compile cancelled")
+            time.sleep(0.01)
+        return [{"ok": True} for _ in requests]
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sweep._in_parallel([{"i": 0}, {"i": 1}], 2, {}, watcher, 1.0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - start < 10 and sorted(stopped) == [0, 1]
+    assert not aot_process.CANCEL.is_set()

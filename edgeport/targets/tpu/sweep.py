@@ -130,9 +130,19 @@ def _in_parallel(requests: list[dict], workers: int, common: dict, run, timeout:
 
     if workers <= 1:
         return run(requests, b"", common, timeout)
+    from edgeport.targets.tpu.aot_process import CANCEL
+
     groups = [list(range(len(requests)))[w::workers] for w in range(workers)]
-    with ThreadPoolExecutor(workers) as pool:
-        done = list(pool.map(lambda g: run([requests[i] for i in g], b"", common, timeout), groups))
+    pool = ThreadPoolExecutor(workers)
+    try:
+        futures = [pool.submit(run, [requests[i] for i in g], b"", common, timeout) for g in groups]
+        done = [f.result() for f in futures]
+    except BaseException:  # cancelled (SIGTERM, Ctrl-C): the watchers kill their children before this re-raises
+        CANCEL.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        CANCEL.clear()
+        raise
+    pool.shutdown()
     results: list = [None] * len(requests)
     for group, rows in zip(groups, done):
         for i, row in zip(group, rows):
