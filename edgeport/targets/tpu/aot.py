@@ -128,8 +128,8 @@ def pieces(options: dict, program=None) -> list[dict]:
     if program is not None and sum(1 for n in program.graph.nodes if n.op == "call_function") < SPLIT_MIN_OPS:
         return []
     # piece 0 still sweeps --tpu-batch over every topology (one child for the whole sweep)
-    return [{"tpu_topology": names[:1], "sweep_topology": names}] + \
-        [{"tpu_topology": [n], "compile_only": True} for n in names[1:]]
+    first = {"tpu_topology": names[:1], **({"sweep_topology": names} if options.get("tpu_batch") else {})}
+    return [first] + [{"tpu_topology": [n], "compile_only": True} for n in names[1:]]
 
 
 def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dict]) -> dict:
