@@ -166,3 +166,5 @@ def test_only_programs_big_enough_split_their_tpu_compiles():
     assert pieces(options, small) == []
     assert pieces(options, big) == [{"tpu_topology": ["v5e:1x1"]}, {"tpu_topology": ["v6e:1x1"], "compile_only": True}]
     assert pieces({"tpu_topology": ["v5e:1x1"]}, big) == [] and pieces({**options, "artifact_only": True}, big) == []
+    # --tpu-batch: piece 0 sweeps every topology (the other pieces only compile theirs)
+    assert pieces({**options, "tpu_batch": ["1,8"]}, big)[0]["sweep_topology"] == ["v5e:1x1", "v6e:1x1"]

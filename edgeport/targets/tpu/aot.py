@@ -127,7 +127,9 @@ def pieces(options: dict, program=None) -> list[dict]:
         return []
     if program is not None and sum(1 for n in program.graph.nodes if n.op == "call_function") < SPLIT_MIN_OPS:
         return []
-    return [{"tpu_topology": names[:1]}] + [{"tpu_topology": [n], "compile_only": True} for n in names[1:]]
+    # piece 0 still sweeps --tpu-batch over every topology (one child for the whole sweep)
+    first = {"tpu_topology": names[:1], **({"sweep_topology": names} if options.get("tpu_batch") else {})}
+    return [first] + [{"tpu_topology": [n], "compile_only": True} for n in names[1:]]
 
 
 def merge_pieces(target_dir: Path, variant: str, details: dict, others: list[dict]) -> dict:

@@ -35,16 +35,19 @@ def child_main(argv: list[str]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an abort leaves its reason on stderr, not a core file
     request = json.loads(Path(argv[0]).read_text())
     prefer_cpu_backend()
-    out, serialized, started = Path(request["out"]), Path(request["export"]).read_bytes(), STARTED
+    out, started, programs = Path(request["out"]), STARTED, {}
     for item in request["items"]:
         topology = Topology(item["topology"], item["generation"], tuple(item["shape"]))
+        item = {**request, **item}  # an item may name its own program (a batch of the sweep): one child for all
+        serialized = programs.setdefault(item["export"], Path(item["export"]).read_bytes())
         row = {"ok": False, "error": None}
         # libtpu's messages go to a file beside the row: the parent quotes it when this compile aborts
         with redirected(Path(item["result"] + ".log"), fds=(2,)) as noise:
             try:
-                compiled, sharding, devices = _compile(topology, serialized, request["avals"], tuple(request["donate"]))
+                compiled, sharding, devices = _compile(topology, serialized, item["avals"], tuple(item["donate"]))
                 row.update(ok=True, sharding=sharding, devices=devices, **_analysis(compiled, topology, devices))
-                row["executable"] = _write_executable(compiled, out / item["executable"], out)
+                if item.get("executable"):  # a sweep's compile is measured, not shipped
+                    row["executable"] = _write_executable(compiled, out / item["executable"], out)
             except Exception as exc:
                 row["error"] = _compile_error(exc, noise)
         row["compile_seconds"] = round(time.perf_counter() - started, 3)

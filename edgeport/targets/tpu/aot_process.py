@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from edgeport.core.scratch import scratch
 # on 2 cores).
 COMPILE_TIMEOUT_S = 1800.0
 POLL_S = 0.05
+# Set by a caller running compiles in threads (the --tpu-batch sweep) when its own thread is cancelled: each
+# watcher kills its child and stops (a signal reaches only the main thread, not the watchers).
+CANCEL = threading.Event()
 
 
 def run_compiles(requests: list[dict], serialized: bytes, common: dict, timeout: float = COMPILE_TIMEOUT_S) -> list[dict]:
@@ -77,6 +81,8 @@ def _wait(child, rows: list[Path], timeout: float) -> bool:
     done, deadline = 0, time.monotonic() + timeout
     while child.poll() is None:
         time.sleep(POLL_S)
+        if CANCEL.is_set():
+            raise RuntimeError("compile cancelled")
         finished = sum(1 for p in rows if p.is_file())
         if finished > done:
             done, deadline = finished, time.monotonic() + timeout

@@ -14,6 +14,7 @@ updated cache reuses the input buffers instead of being counted a second time.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
@@ -23,17 +24,19 @@ from edgeport.targets.tpu.signatures import META_FILE, WEIGHTS_FILE, JaxSignatur
 
 def convert(job: GenerativeJob) -> Converted:
     from edgeport.targets.tpu.aot import NO_COMPILE_NOTE, topologies_of
+    from edgeport.targets.tpu.costrun import compile_share, run_cost
     from edgeport.targets._jax import libtpu_compile_env, prefer_cpu_backend
 
     prefer_cpu_backend()
     libtpu_compile_env()
     import jax
 
+    started = time.perf_counter()
     out = job.out_dir / f"generate_{job.variant}"
     out.mkdir(parents=True, exist_ok=True)
     precision = "highest" if job.variant == "fp32" else "default"
     topologies = [] if job.artifact_only else topologies_of(job.options)
-    weights, tied, meta, compiles, converted = {}, {}, {}, [], {}
+    weights, tied, meta, compiles, converted, swept = {}, {}, {}, [], {}, []
     # x64 off whatever an earlier converter set (litert-torch's jax bridge turns it on globally at import):
     # int64 ids, positions and cache lengths become int32 avals, so the artifact takes the same dtypes in
     # every process that loads it (a fresh `validate` or a server runs with jax's default, x64 off)
@@ -48,6 +51,7 @@ def convert(job: GenerativeJob) -> Converted:
                 job.progress(f"compile {name} for {', '.join(t.name for t in topologies)}")
             compiles += _compile_all(topologies, CompileInput.of(serialized, lowered), out, donate, name)
             meta[name] = entry
+            swept += _sweepable(name, lowered, donate, swept)
     job.progress("writing the artifact (weights.safetensors)")
     _write(out, weights, tied, meta, job, precision)
     for failed in (c for c in compiles if not c["ok"]):
@@ -57,8 +61,25 @@ def convert(job: GenerativeJob) -> Converted:
                          "updated in place); memory and FLOPs from libtpu's compiler, est. latencies are roofline ESTIMATES")
     elif not job.artifact_only:
         job.notes.append(NO_COMPILE_NOTE)
-    return Converted(out, {"tpu_compile": compiles, "matmul_precision": precision},
-                     cacheable=not any("process" in c for c in compiles))
+    details = {"tpu_compile": compiles, "matmul_precision": precision}
+    cost = run_cost(job.options, swept, topologies, precision, True, job.out_dir, f"generate_{job.variant}",
+                    job.notes, job.progress, compiles)
+    if cost is not None:
+        details["tpu_cost"] = cost
+    share = compile_share(compiles, cost, started, job.notes)
+    if share:
+        details["tpu_compile_share"] = share
+    return Converted(out, details, cacheable=not any("process" in c for c in compiles))
+
+
+def _sweepable(name: str, lowered, donate: tuple, swept: list) -> list[dict]:
+    """The programs a ``--tpu-batch`` sweep compiles: the first prefill (prefill tokens/s) and decode."""
+    from edgeport.targets.tpu.target import _weight_avals
+
+    if name != "decode" and any(p["name"].startswith("prefill") for p in swept):
+        return []
+    return [{"name": name, "fn": lowered.fn, "weight_avals": _weight_avals(lowered.weights),
+             "input_avals": lowered.compile_avals, "donate": donate}]
 
 
 def _export(name: str, program, job: GenerativeJob, out: Path, precision: str, converted: dict):

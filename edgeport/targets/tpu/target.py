@@ -32,7 +32,12 @@ from edgeport.targets.base import ConvertJob, Converted, Target, TargetOption
 from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, NO_COMPILE_NOTE, TOPOLOGY_EXAMPLES,  # noqa: F401
                                      CompileInput, compile_cached, compile_for_topology, compile_id, merge_pieces,
                                      pieces, report_sections, topologies_of, validate_topologies)
+from edgeport.targets.tpu.blockers import cuda_ties
+from edgeport.targets.tpu.costpage import cost_sections
+from edgeport.targets.tpu.costrun import compile_share, run_cost
+from edgeport.targets.tpu.deploy_parity import bf16_parity, sections as parity_sections
 from edgeport.targets.tpu.runtime import JaxXlaRunner
+from edgeport.targets.tpu.sweep import sweep_topologies, validate_batches
 from edgeport.validate import parity
 from edgeport.errors import load_json
 
@@ -221,9 +226,29 @@ def convert(job: ConvertJob) -> Converted:
     details = {"tpu_compile": compiles, "lower_export_seconds": round(lower_seconds, 3), "matmul_precision": precision,
                "stablehlo": str((out / "model.stablehlo.mlir").relative_to(job.out_dir.parent)),
                "dynamic_dims": lowered.dynamic_dims, "tpu_host": host}
+    details.update(_deployment(job, lowered, topologies, precision, compiles, out, start))
     if host["tpu_present"] and not job.artifact_only:
         details["tpu_measured"] = measure_on_tpu_host(job, out)
     return Converted(out / EXPORT_FILE, details, cacheable=_cacheable(compiles), files=side_files(out))
+
+
+def _deployment(job: ConvertJob, lowered: Lowered, topologies: list, precision: str, compiles: list, out: Path,
+                started: float) -> dict:
+    """What a team deciding on TPUs reads: the ``--tpu-batch`` cost table, for bf16 parity against PyTorch
+    fp32 and bf16, and the compiles' share of the conversion."""
+    found = {}
+    cost = run_cost(job.options, [{"name": "forward", "fn": lowered.fn, "weight_avals": _weight_avals(lowered.weights),
+                                   "input_avals": lowered.compile_avals}], sweep_topologies(job.options, topologies),
+                    precision, False, job.out_dir, job.variant, job.notes, job.progress, compiles)
+    if cost is not None:
+        found["tpu_cost"] = cost
+    if job.variant == "bf16" and not job.artifact_only:
+        job.progress("bf16 parity against PyTorch fp32 and bf16")
+        found["bf16_parity"] = bf16_parity(job, out)
+    share = compile_share(compiles, cost, started, job.notes)
+    if share:
+        found["tpu_compile_share"] = share
+    return found
 
 
 def side_files(out: Path) -> list[Path]:
@@ -311,6 +336,11 @@ def _meta(job: ConvertJob, exported, lowered: Lowered, precision: str, executabl
     }
 
 
+def all_sections(row: dict) -> list:
+    """The compile table, then the cost table when the row swept batch sizes."""
+    return report_sections(row) + cost_sections(row) + parity_sections(row)
+
+
 TARGET = Target(
     name="tpu",
     description="TPU: torchax -> jax.export (StableHLO, cpu+tpu) with libtpu AOT compiles per topology",
@@ -326,10 +356,14 @@ TARGET = Target(
     thread_sweep=False,
     options=(TargetOption("tpu-topology", f"tpu: AOT-compile for GEN:AxB or GEN:AxBxC (repeatable; default "
                           f"{', '.join(DEFAULT_TOPOLOGIES)}; e.g. {TOPOLOGY_EXAMPLES}; 'none': the artifact only, no compile)", multiple=True,
-                          validate=validate_topologies),),
-    report_sections=report_sections,
+                          validate=validate_topologies),
+             TargetOption("tpu-batch", "tpu: also AOT-compile at these batch sizes (e.g. 1,8,32,128) and report tokens/s "
+                          "and $/1M tokens per generation x topology x batch beside GPU references (estimates)",
+                          multiple=True, validate=validate_batches)),
+    report_sections=all_sections,
     pieces=pieces,
     merge_pieces=merge_pieces,
     rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops"),
+    slow_ops=cuda_ties,   # `check --target tpu`: what ties the model to CUDA, each with its fix (.blockers)
     refuses=(("aten.conv2d.padding", "'immutable_list' object does not support mutation"),),
 )
