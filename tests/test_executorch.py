@@ -128,7 +128,7 @@ def test_quantized_program_keeps_the_named_layers_float():
     module, args = models.mlp()
     program = torch.export.export(module, args)
     job = ConvertJob(program, args, signature_of(program), "int8", None, float_layers=("linear_1",))
-    quantized = quantized_program(job)
+    quantized, _ = quantized_program(job)
     linears = {n.name: n for n in quantized.graph.nodes if "linear" in str(n.target)}
     fed = {name: "dequantize" in str(node.args[1].target) if hasattr(node.args[1], "target") else False
            for name, node in linears.items()}

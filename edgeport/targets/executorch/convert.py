@@ -12,25 +12,34 @@ from edgeport.targets.executorch.quantize import quantized_program
 def convert(job: ConvertJob) -> Converted:
     if job.variant == "int8":
         job.progress("quantization (PT2E int8)")
-    program = quantized_program(job) if job.variant == "int8" else job.program
+    program, on_purpose = quantized_program(job) if job.variant == "int8" else (job.program, [])
     path = job.out_dir / f"model_{job.variant}.pte"
     with weights_on_disk(job.out_dir):
         job.progress("lowering (XNNPACK)")
         edge = lower({"forward": program})
-        details = {"delegation": summary(edge)}
+        details = {"delegation": summary(edge), **({"quantization": {"float_on_purpose": on_purpose}} if on_purpose else {})}
         job.progress("serialization")
         save(edge, path)
     return Converted(path, details)
 
 
 def report_sections(row: dict) -> list[ReportSection]:
-    """One table for every ExecuTorch row: how much of the model XNNPACK runs, and what it leaves."""
+    """One table for every ExecuTorch row: how much of the model XNNPACK runs, and what it leaves; the time
+    share (measured, ``op_time``) beside the FLOPs share, which can hide slow ops outside the delegate."""
     block = row.get("delegation")
     if not block:
         return []
     share = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-    left = ", ".join(f"{op} x{n}" for op, n in block["portable_ops"].items()) or "none"
+    timed = row.get("op_time") or {}
+    left = ", ".join(f"{op} x{n}" + (f" {timed['portable'][_short(op)]:.3f} ms" if _short(op) in timed.get("portable", {}) else "")
+                     for op, n in block["portable_ops"].items()) or "none"
     return [ReportSection("executorch-delegation", "ExecuTorch delegation (XNNPACK vs portable kernels)",
-                          ("variant", "nodes delegated", "FLOPs delegated", "partitions", "ops on portable kernels"),
+                          ("variant", "nodes delegated", "FLOPs delegated", "time delegated", "partitions",
+                           "ops on portable kernels"),
                           [[row.get("variant", "?"), f"{block['nodes_delegated']}/{block['nodes']} ({share(block['node_share'])})",
-                            share(block["flops_share"]), str(block["partitions"]), left]])]
+                            share(block["flops_share"]), share(timed.get("time_share")), str(block["partitions"]), left]])]
+
+
+def _short(op: str) -> str:
+    """``aten.cumsum.default`` -> ``cumsum.out``: the name ExecuTorch's profiler gives the portable kernel."""
+    return op.split(".", 1)[-1].rsplit(".", 1)[0] + ".out"

@@ -33,7 +33,8 @@ def io_names(program) -> dict:
 
 def edge_program(programs: dict, io: dict | None = None, dynamic_quant: bool = False):
     """The EdgeProgramManager of ``programs`` (method name -> ExportedProgram) lowered to XNNPACK, with the
-    I/O names as a constant method when given; ``dynamic_quant``: see :func:`partitioners`. What the lowering
+    I/O names as a constant method when given; ``dynamic_quant``: see :func:`partitioners`. Splits, squeezes
+    and selects become slices and reshapes XNNPACK takes first (:mod:`.views`: an unrolled LSTM is one partition). What the lowering
     leaves in module-level state is dropped whether it succeeds or not (a failed lowering kept its graphs,
     with their weights, alive through the other rows' judges: 3.8x the weights at Qwen3-0.6B)."""
     import warnings
@@ -41,12 +42,14 @@ def edge_program(programs: dict, io: dict | None = None, dynamic_quant: bool = F
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
+    from edgeport.targets.executorch.views import delegable_views
+
     constants = {IO_METHOD: json.dumps(io)} if io is not None else None
     try:
         with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied():
             warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
-            return to_edge_transform_and_lower(programs, partitioner=partitioners(dynamic_quant),
-                                               constant_methods=constants)
+            return to_edge_transform_and_lower(programs, transform_passes=[delegable_views],
+                                               partitioner=partitioners(dynamic_quant), constant_methods=constants)
     finally:
         forget_lowered_graphs()
 

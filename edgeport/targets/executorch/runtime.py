@@ -69,18 +69,21 @@ class Loaded:
     def call(self, method: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run ``method`` on arrays cast to its declared dtypes; only its user outputs (a method that
         mutates inputs returns the written-back values first: they are dropped)."""
-        import torch
-
         from executorch.extension.pybindings import portable_lib
 
         if portable_lib._threadpool_get_thread_count() != self.threads:
             portable_lib._unsafe_reset_threadpool(self.threads)
-        meta = self.program.metadata(method)
-        feeds = [torch.from_numpy(cast_to(a, DTYPES[meta.input_tensor_meta(i).dtype()], meta.input_tensor_meta(i).sizes()).copy())
-                 for i, a in enumerate(arrays)]
-        outputs = self.method(method).execute(feeds)
+        outputs = self.method(method).execute(self.feeds(method, arrays))
         wanted = len(self.io.get(method, {}).get("outputs", outputs))
         return [o.detach().numpy().copy() if hasattr(o, "numpy") else np.asarray(o) for o in outputs[len(outputs) - wanted:]]
+
+    def feeds(self, method: str, arrays: Sequence[np.ndarray]) -> list:
+        """``arrays`` as the torch tensors ``method`` takes (its declared dtypes and shapes)."""
+        import torch
+
+        meta = self.program.metadata(method)
+        return [torch.from_numpy(cast_to(a, DTYPES[meta.input_tensor_meta(i).dtype()], meta.input_tensor_meta(i).sizes()).copy())
+                for i, a in enumerate(arrays)]
 
     def describe(self, method: str) -> dict:
         """Manifest entries of ``method``'s inputs and outputs (names from the file, shapes/dtypes from the runtime)."""
@@ -106,13 +109,34 @@ class ExecuTorchRunner(BaseRunner):
 
     def __init__(self, path: Path, threads: int):
         super().__init__(path, threads)
-        self.loaded = Loaded(Path(path), threads)
+        self.path = Path(path)
+        self.loaded = Loaded(self.path, threads)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.last_inputs = inputs   # what :meth:`details` profiles: the sample the judge timed
         return self.loaded.call("forward", inputs)
 
     def io(self) -> dict:
         return self.loaded.describe("forward")
+
+    def details(self) -> dict:
+        """``op_time``: ms per op outside XNNPACK and per XNNPACK operator, from ExecuTorch's profiler on the
+        last sample run (:mod:`.profile`); nothing for an artifact too large to load twice, or a runtime
+        built without its event tracer."""
+        from edgeport.targets.executorch.profile import PROFILE_MAX_BYTES, op_times
+
+        inputs = getattr(self, "last_inputs", None)
+        if inputs is None or self.path.stat().st_size > PROFILE_MAX_BYTES:
+            return {}
+        try:
+            return {"op_time": op_times(self.path, self.loaded.feeds("forward", inputs))}
+        except Exception:  # a profile is a diagnosis: without one the row still stands
+            return {}
+
+    def speed_causes(self, details: dict) -> list[str]:
+        from edgeport.targets.executorch.profile import causes
+
+        return causes(details.get("op_time"))
 
     @classmethod
     def describe_error(cls, exc: BaseException) -> str:

@@ -1,0 +1,100 @@
+"""Edge ops XNNPACK has no node for, rewritten as ones it has, before partitioning: one partition, not hundreds.
+
+``torch.export`` unrolls a recurrent layer: an ``nn.LSTM`` of 3 layers over 100 frames is 300 cells, each
+splitting its gate pre-activations (``split_with_sizes_copy``), squeezing a step out of the sequence
+(``squeeze_copy``, ``select_copy``) and adding it back (``unsqueeze_copy`` on a middle dim). XNNPACK's
+partitioner takes none of those, so every cell is cut out of the delegate and back in: a 2-layer LSTM over 20
+frames lowered as 44 partitions in 61 s, and ``to_backend`` costs grow with partitions x graph size — the
+issue's 1.4M-parameter speaker encoder ran >16 min at 7.2 GB. With static shapes each of those ops is a slice or
+a reshape, which XNNPACK runs (``slice_copy`` with stride 1, ``view_copy``): rewritten here, the whole recurrence
+is one partition (bench/executorch_int8.py --lstm measures before/after). The same rewrite delegates the odd
+squeeze/unsqueeze of any model (CREPE's ``audio[:, None, :, None]``).
+"""
+
+from __future__ import annotations
+
+
+def _static_shape(node) -> list[int] | None:
+    value = node.meta.get("val")
+    shape = getattr(value, "shape", None)
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return [int(d) for d in shape]
+
+
+def delegable_views(graph_module):
+    """The ExecuTorch pass (a ``PassResult``): splits -> slices, squeezes/unsqueezes/selects -> view copies."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.pass_base import PassResult
+
+    aten = exir_ops.edge.aten
+    changed = False
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target == aten.split_with_sizes_copy.default:
+            changed |= _split_to_slices(graph_module.graph, node, aten)
+        elif node.target in (aten.squeeze_copy.dims, aten.squeeze_copy.dim, aten.squeeze_copy.default,
+                             aten.unsqueeze_copy.default):
+            changed |= _to_view(graph_module.graph, node, node.args[0], aten)
+        elif node.target == aten.select_copy.int:
+            changed |= _select_to_slice(graph_module.graph, node, aten)
+    if changed:
+        graph_module.graph.eliminate_dead_code()
+        graph_module.recompile()
+    return PassResult(graph_module, changed)
+
+
+def _to_view(graph, node, source, aten) -> bool:
+    """``node`` (a squeeze or unsqueeze of ``source``) as a ``view_copy`` to its static output shape."""
+    shape = _static_shape(node)
+    if shape is None or _static_shape(source) is None:
+        return False
+    with graph.inserting_before(node):
+        view = graph.call_function(aten.view_copy.default, (source, shape))
+    view.meta = dict(node.meta)
+    node.replace_all_uses_with(view)
+    graph.erase_node(node)
+    return True
+
+
+def _split_to_slices(graph, node, aten) -> bool:
+    """Each ``getitem`` of a ``split_with_sizes_copy`` as a ``slice_copy`` of the same range."""
+    import operator
+
+    source, sizes = node.args[0], list(node.args[1])
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    shape = _static_shape(source)
+    users = list(node.users)
+    if shape is None or not all(u.op == "call_function" and u.target is operator.getitem for u in users):
+        return False
+    dim = dim % len(shape)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    for user in users:
+        index = user.args[1]
+        with graph.inserting_before(user):
+            piece = graph.call_function(aten.slice_copy.Tensor, (source, dim, starts[index], starts[index] + sizes[index], 1))
+        piece.meta = dict(user.meta)
+        user.replace_all_uses_with(piece)
+        graph.erase_node(user)
+    graph.erase_node(node)
+    return True
+
+
+def _select_to_slice(graph, node, aten) -> bool:
+    """``select_copy(x, dim, i)`` as ``view_copy(slice_copy(x, dim, i, i + 1))``."""
+    source, dim, index = node.args
+    shape, out = _static_shape(source), _static_shape(node)
+    if shape is None or out is None:
+        return False
+    dim = dim % len(shape)
+    index = index % shape[dim]
+    with graph.inserting_before(node):
+        piece = graph.call_function(aten.slice_copy.Tensor, (source, dim, index, index + 1, 1))
+        view = graph.call_function(aten.view_copy.default, (piece, out))
+    value = node.meta.get("val")
+    piece.meta = {**node.meta, "val": value.unsqueeze(dim) if value is not None else None}
+    view.meta = dict(node.meta)
+    node.replace_all_uses_with(view)
+    graph.erase_node(node)
+    return True

@@ -1,0 +1,102 @@
+"""ExecuTorch speed (issues 36 and 38): int8 keeps the convolutions XNNPACK's int8 kernel runs slower than fp32
+float; a row's ``op_time`` is measured by ExecuTorch's profiler and its causes name the ops outside XNNPACK
+with their time; an unrolled LSTM lowers as one XNNPACK partition, not one per cell. Tiny models, seconds each."""
+
+import numpy as np
+import torch
+from torch import nn
+
+import models
+
+
+class PitchLike(nn.Module):
+    """A conv over one input channel (a pitch CNN's first layer) then one over eight."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Conv2d(1, 8, (16, 1), (4, 1))
+        self.second = nn.Conv2d(8, 8, (3, 1))
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)))
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+def _job(module, args, float_layers=()):
+    from edgeport.core.program import signature_of
+    from edgeport.targets.base import ConvertJob
+
+    program = torch.export.export(module, args)
+    return ConvertJob(program, args, signature_of(program), "int8", None, float_layers=float_layers)
+
+
+def test_int8_keeps_the_one_channel_conv_float_and_says_why():
+    from edgeport.targets.executorch.quantize import quantized_program
+
+    torch.manual_seed(0)
+    job = _job(PitchLike().eval(), (torch.randn(1, 1, 64, 1),))
+    quantized, on_purpose = quantized_program(job)
+    convs = [n for n in quantized.graph.nodes if "conv" in str(n.target)]
+    fed = ["dequantize" in str(getattr(n.args[1], "target", "")) for n in convs]
+    assert fed == [False, True], fed   # first conv's weight stays float, the second's is int8
+    assert [a["name"] for a in on_purpose] == ["first"] and "1 input channel" in on_purpose[0]["reason"]
+    assert any("kept 1 conv(s) float" in n for n in job.notes)
+    # a layer the user already keeps float is not listed again
+    assert quantized_program(_job(PitchLike().eval(), (torch.randn(1, 1, 64, 1),), ("conv2d",)))[1] == []
+
+
+def test_op_time_names_the_op_outside_xnnpack_with_its_time(tmp_path):
+    """The cumsum XNNPACK leaves on the portable kernels is timed by ExecuTorch's profiler, and the cause says so."""
+    from edgeport.targets.executorch.lower import lower, save
+    from edgeport.targets.executorch.profile import causes
+    from edgeport.targets.executorch.runtime import ExecuTorchRunner
+
+    module, args = models.cumsum()
+    path = tmp_path / "m.pte"
+    save(lower({"forward": torch.export.export(module, args)}), path)
+    runner = ExecuTorchRunner(path, 1)
+    runner.run([args[0].numpy()])
+    block = runner.details()["op_time"]
+    assert set(block["portable"]) == {"cumsum.out"} and block["portable"]["cumsum.out"] > 0, block
+    assert block["slowest"] and block["slowest"][0][0].startswith("Fully Connected"), block
+    assert 0 < block["time_share"] < 1 and block["total_ms"] >= block["portable_ms"]
+    text = causes({**block, "portable_ms": block["total_ms"] / 2})   # a visible share is always named, with ms
+    assert text[0].startswith("ops outside XNNPACK (portable kernels) take") and "cumsum.out" in text[0]
+
+
+def test_causes_name_converts_and_keep_quiet_below_one_percent():
+    from edgeport.targets.executorch.profile import causes, summarize
+
+    run = [("Method::execute", False, 10_000_000), ("native_call_index.Tensor_out", False, 50_000),
+           ("Convolution (NHWC, QC8) IGEMM #1", True, 8_000_000), ("Convert (NC) #1", True, 1_000_000)]
+    block = summarize([run, run])
+    assert block["portable"] == {"index.Tensor_out": 0.05} and block["converts_ms"] == 1.0
+    text = causes(block)
+    assert not any("outside XNNPACK" in t for t in text), text   # 0.5% of the time
+    assert any("quantize/dequantize converts" in t and "1.000 ms (10%)" in t for t in text)
+    assert "Convolution (NHWC, QC8) IGEMM #1 8.000 ms (80%)" in text[-1]
+
+
+def test_an_unrolled_lstm_lowers_as_one_partition(tmp_path):
+    """Without the rewrite each cell's split/squeeze cut it out of XNNPACK: 2 layers x 6 steps were ~14 partitions."""
+    from edgeport.targets.executorch.delegation import summary
+    from edgeport.targets.executorch.lower import lower, save
+    from edgeport.targets.executorch.runtime import ExecuTorchRunner
+
+    torch.manual_seed(0)
+    module, x = Recurrent().eval(), torch.randn(1, 6, 4)
+    edge = lower({"forward": torch.export.export(module, (x,))})
+    block = summary(edge)
+    assert block["partitions"] == 1, block
+    assert not any(k in op for op in block["portable_ops"] for k in ("split", "squeeze", "select")), block
+    save(edge, tmp_path / "lstm.pte")
+    out = ExecuTorchRunner(tmp_path / "lstm.pte", 1).run([x.numpy()])[0]
+    np.testing.assert_allclose(out, module(x).detach().numpy(), atol=1e-5)
