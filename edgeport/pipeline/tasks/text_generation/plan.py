@@ -58,15 +58,15 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
                              f"({'this model is not a causal LM' if not causal else '--task forward was given'})")
         return None
     if not causal:
-        raise UsageError(f"--task text-generation needs a causal language model loaded through hf:; "
+        raise UsageError(f"--task text-generation needs a causal language model (hf: or a GGUF); "
                          f"{opts.source.model!r} is {arch or 'not a Hugging Face model'}")
     refuse_forward_only(opts)
     lens, gen_tokens, cache_len = lengths(g, positions)
     rows, skipped = generation_rows(targets, opts.quantize, opts.target_options)
     for target, variant in rows:
         bundle = target.generation().bundle(variant)
-        if bundle:
-            bundle.impl().check(Path(opts.source.model[3:]))
+        if bundle:  # (a GGUF's folder is written at run time: only the extra is checked)
+            bundle.impl().check(Path(opts.source.model.removeprefix("hf:")))
     for target in dict.fromkeys(target for target, _ in rows):
         if target.generation().check:
             target.generation().check(opts.source, opts.target_options or {}, cache_len)
@@ -132,9 +132,14 @@ def generation_rows(targets: list, quantize, options: dict | None = None) -> tup
 
 def describe_source(source, task: str) -> tuple[str | None, bool, int | None]:
     """(architecture, is a causal LM, max positions) from an ``hf:`` model's config; nothing for other specs."""
-    if not source.model.startswith("hf:"):
+    from edgeport.sources.gguf import describe, is_gguf
+
+    if is_gguf(source.model):  # its config from the file's metadata (nothing dequantized yet)
+        config = describe(source.model)["config"]
+    elif not source.model.startswith("hf:"):
         return None, False, None
-    config = read_config(source.model[3:], source.trust_remote_code, force=task == "text-generation")
+    else:
+        config = read_config(source.model[3:], source.trust_remote_code, force=task == "text-generation")
     if config is None:
         return None, False, None
     archs = list(config.get("architectures") or [])
