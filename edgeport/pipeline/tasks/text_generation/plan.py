@@ -29,6 +29,9 @@ class GenerationOptions:
     prefill_lens: tuple[int, ...] = ()
     cache_len: int | None = None
     gen_tokens: int | None = None
+    eval_text: str | None = None       # quality on real text: the text (default: Python's help topics)
+    eval_tokens: int | None = None     # quality on real text: tokens scored (default quality.DEFAULT_EVAL_TOKENS)
+    checks: str | None = None          # task checks: prompts with what the answer must hold (.checks)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
     if g.task not in TASKS:
         raise UsageError(f"unknown --task {g.task!r}; known: {', '.join(TASKS)}")
     explicit = [flag for flag, value in (("--prefill-len", g.prefill_lens), ("--cache-len", g.cache_len),
-                                         ("--gen-tokens", g.gen_tokens)) if value]
+                                         ("--gen-tokens", g.gen_tokens), ("--eval-text", g.eval_text),
+                                         ("--eval-tokens", g.eval_tokens), ("--checks", g.checks)) if value]
     arch, causal, positions = describe_source(opts.source, g.task)
     if g.task == "forward" or (g.task == "auto" and not causal):
         refuse_bundle_options(opts, targets, "this model is not a causal LM" if not causal else "--task forward was given")
@@ -62,6 +66,7 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
                          f"{opts.source.model!r} is {arch or 'not a Hugging Face model'}")
     refuse_forward_only(opts)
     lens, gen_tokens, cache_len = lengths(g, positions)
+    check_quality_options(g)
     rows, skipped = generation_rows(targets, opts.quantize, opts.target_options)
     for target, variant in rows:
         bundle = target.generation().bundle(variant)
@@ -71,6 +76,16 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
         if target.generation().check:
             target.generation().check(opts.source, opts.target_options or {}, cache_len)
     return GenerationPlan(lens, cache_len, gen_tokens, arch, rows, skipped)
+
+
+def check_quality_options(g: GenerationOptions) -> None:
+    """--eval-text / --eval-tokens / --checks, checked before the model loads."""
+    from edgeport.pipeline.tasks.text_generation.quality import MAX_EVAL_TOKENS
+
+    if g.eval_tokens is not None and not 1 <= g.eval_tokens <= MAX_EVAL_TOKENS:
+        raise UsageError(f"--eval-tokens must be 1..{MAX_EVAL_TOKENS}, got {g.eval_tokens}")
+    if g.eval_text is not None and not Path(g.eval_text).is_file():
+        raise UsageError(f"--eval-text not found: {g.eval_text}")
 
 
 def refuse_forward_only(opts) -> None:
