@@ -30,7 +30,9 @@ def generation_budget(budget: dict, variant: str) -> dict:
 
     out = dict(budget)
     out.setdefault("token_agreement_min", TOKEN_AGREEMENT_DEFAULT.get(variant, TOKEN_AGREEMENT_REDUCED))
-    for key, value in QUALITY_BUDGETS.get(variant, {}).items():
+    from edgeport.pipeline.tasks.text_generation.checks import DROP_DEFAULT
+
+    for key, value in {**QUALITY_BUDGETS.get(variant, {}), "checks_drop_max": DROP_DEFAULT}.items():
         out.setdefault(key, value)
     if isinstance(out.get("builtin"), dict):
         out["builtin"] = generation_budget(out["builtin"], variant)

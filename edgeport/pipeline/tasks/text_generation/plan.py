@@ -86,6 +86,10 @@ def check_quality_options(g: GenerationOptions) -> None:
         raise UsageError(f"--eval-tokens must be 1..{MAX_EVAL_TOKENS}, got {g.eval_tokens}")
     if g.eval_text is not None and not Path(g.eval_text).is_file():
         raise UsageError(f"--eval-text not found: {g.eval_text}")
+    if g.checks is not None:
+        from edgeport.pipeline.tasks.text_generation.checks import read_checks
+
+        read_checks(g.checks)
 
 
 def refuse_forward_only(opts) -> None:

@@ -145,7 +145,7 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
     before = reset_peak_rss()
     try:
         runner = support.load(artifact, fixed_threads(session.judge.threads))
-        quality = measure_quality(runner, session)
+        quality, checks = measure_quality(runner, session), run_checks(runner, session)
         got = [greedy(runner, layout, prompt, layout.gen_tokens) for prompt in session.prompts]
         budget = tokens_budget(budget, quality)
         tokens, parity = compare_generations(session.reference, got, budget)
@@ -157,9 +157,10 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
     block = generation_block(session.prompts, layout.gen_tokens, tokens, parity, latency, session.eager, io, rss)
     latency_ms = {**{k: decode[k] for k in ("p50", "p90", "runs")}, "threads": runner.threads} if decode else None
     notes = ["--threads auto: generative rows run at all cores (no runner sweep)"] if session.judge.threads == "auto" else []
-    failures = quality_gate(quality, budget, parity)
+    failures = quality_gate(quality, checks, budget, parity)
     error = None if not failures else f"parity: {'; '.join(failures)}"
-    details = {"generation": block, "signatures": io, **judged_on, **({"quality": quality} if quality else {})}
+    details = {"generation": block, "signatures": io, **judged_on, **({"quality": quality} if quality else {}),
+               **({"checks": checks} if checks else {})}
     return Verdict("failed" if failures else "ok", error, parity, latency_ms, None, details,
                    notes + parity.get("notes", []) + session_notes(session))
 
@@ -171,14 +172,24 @@ def measure_quality(runner, session) -> dict | None:
     return measure(runner, session.layout, ref) if ref is not None else None
 
 
-def quality_gate(quality: dict | None, budget: dict, parity: dict) -> list[str]:
-    """Every failure of the row: the logits/tokens parity, then the quality budgets (the parity's ``passed``
-    follows them, so the summary and JUnit read the row as failed)."""
+def run_checks(runner, session) -> dict | None:
+    from edgeport.pipeline.tasks.text_generation.checks import run_checks as run
+
+    prepared = getattr(session, "checks", None)
+    return run(runner, session.layout, prepared) if prepared is not None else None
+
+
+def quality_gate(quality: dict | None, checks: dict | None, budget: dict, parity: dict) -> list[str]:
+    """Every failure of the row: the logits/tokens parity, then the quality budgets and the task checks (the
+    parity's ``passed`` follows them, so the summary and JUnit read the row as failed)."""
+    from edgeport.pipeline.tasks.text_generation.checks import checks_failures
     from edgeport.pipeline.tasks.text_generation.quality import quality_failures
 
     failures = [] if parity["passed"] else [parity["message"]]
     if quality is not None:
         failures += quality_failures(quality, budget)
+    if checks is not None:
+        failures += checks_failures(checks, budget)
     parity["passed"] = not failures
     return failures
 

@@ -96,7 +96,17 @@ def start_session(exported, opts, real: list, data: dict | None):
     return GenSession(layout, exported.programs, exported.samples, prompts, reference, eager, opts.judge,
                       dict(opts.target_options), data, {"real": len(real), "random": len(prompts) - len(real)},
                       notes=list(exported.notes), cache=open_cache(opts.cache), reuse_verdict=opts.reuse_verdict,
-                      quality=quality, quality_note=note)
+                      quality=quality, quality_note=note, checks=task_checks(exported, opts))
+
+
+def task_checks(exported, opts) -> dict | None:
+    """--checks with PyTorch's answers (:mod:`.checks`); None without the flag."""
+    from edgeport.pipeline.tasks.text_generation.checks import prepare_checks
+
+    if not opts.generation.checks:
+        return None
+    where = Path(opts.source.model[3:]) if opts.source.model.startswith("hf:") else None
+    return prepare_checks(opts.generation.checks, where, exported.layout, exported.programs)
 
 
 def quality_reference(model, layout, opts):
@@ -136,6 +146,7 @@ class GenSession:
     weight_bytes: int | None = None    # fp32 bytes of the model's parameters (None: unknown)
     quality: object = None             # quality.QualityReference: PyTorch fp32 over the eval text (None: not measured)
     quality_note: str | None = None    # why there is no quality block
+    checks: dict | None = None         # --checks with PyTorch's answers (checks.prepare_checks)
     _programs_id: dict | None = None
 
     def programs_id(self) -> dict:
