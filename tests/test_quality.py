@@ -132,3 +132,14 @@ def test_checks_hold_and_gate_on_the_drop():
              "results": [{"name": "a", "passed": False, "reference_passed": True}]}
     assert "lost: a" in checks_failures(block, {"checks_drop_max": 0.0})[0]
     assert checks_failures(block, {"checks_drop_max": 0.25}) == []
+
+
+def test_manifest_carries_each_artifacts_quality_for_the_app_screens(converted):
+    _, out, report = converted
+    manifest = json.loads((out / "manifest.json").read_text())
+    entries = {a["variant"]: a["quality"] for a in manifest["generation"]["artifacts"]}
+    for row in report["targets"]:
+        q = entries[row["variant"]]
+        assert q["kld_mean"] == row["quality"]["kld_mean"] and q["top1_agreement"] == row["quality"]["top1_agreement"]
+        assert q["checks"] == {"total": 2, "passed": 1, "reference_passed": 1}
+        assert "kld_per_token" not in q
