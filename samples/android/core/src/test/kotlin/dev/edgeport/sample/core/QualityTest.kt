@@ -26,11 +26,12 @@ class QualityTest {
 
     @Test
     fun oneLinePerJudgedArtifact() {
-        val lines = manifest.generation!!.qualityLines("litert")
+        val generation = manifest.generation!!
+        val lines = generation.qualityLines("litert")
         assertEquals(2, lines.size)
         assertTrue(lines[0], lines[0].startsWith("fp32: mean KLD 1.000e-07") && lines[0].contains("checks 3/3 (PyTorch 3/3)"))
         assertTrue(lines[1], lines[1].contains("mean KLD 0.01230, p99 0.1500, same top-1 93.0%; ppl 13.100 (PyTorch 12.500)"))
-        assertNull(manifest.generation!!.artifact("litert", "fp32-litertlm").quality)
-        assertEquals(emptyList<String>(), manifest.generation!!.qualityLines("onnx"))
+        assertNull(generation.artifact("litert", "fp32-litertlm").quality)
+        assertEquals(emptyList<String>(), generation.qualityLines("onnx"))
     }
 }
