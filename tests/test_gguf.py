@@ -33,6 +33,9 @@ def test_gguf_converts_with_its_tokenizer_and_reports_its_quantization(tiny, tmp
     tokenizer = json.loads((out / "tokenizer" / "tokenizer.json").read_text())
     assert "Ġthe" in tokenizer["model"]["vocab"]   # the GGUF's own vocabulary and merges, not a stand-in
     assert not list(out.rglob("model.safetensors")), "the dequantized copy stays in the run's scratch"
+    assert json.loads((out / "exported" / "layout.json").read_text())["model"] == f"gguf:{tiny}"
+    again = run_cli("validate", out, "--no-latency")
+    assert again.returncode == 0, again.stderr
 
 
 def test_plain_gguf_path_is_a_source_too(tiny):
