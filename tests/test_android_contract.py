@@ -221,10 +221,11 @@ def kotlin(converted, toolchain):
 def test_core_junit_tests_pass(toolchain):
     """samples/android/core/src/test (what `./gradlew :core:test` runs), here with Debian's JUnit 4.13.2."""
     classes = [".".join(p.relative_to(CORE_TESTS).with_suffix("").parts) for p in sorted(CORE_TESTS.rglob("*Test.kt"))]
-    assert classes == ["dev.edgeport.sample.core.BundleCheckTest", "dev.edgeport.sample.core.ManifestTest"]
+    assert classes == ["dev.edgeport.sample.core.BundleCheckTest", "dev.edgeport.sample.core.ManifestTest",
+                       "dev.edgeport.sample.core.QualityTest"]
     proc = subprocess.run(["java", "-cp", os.pathsep.join(toolchain), "org.junit.runner.JUnitCore", *classes],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "OK (9 tests)" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "OK (10 tests)" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_kotlin_reads_the_manifest_and_every_parity_sample(converted, kotlin):

@@ -17,6 +17,11 @@ from edgeport.pipeline.run import RUN_LOG
 from edgeport.targets.registry import DEFAULT_TARGET
 
 
+EVAL_TEXT_OPTION = typer.Option(None, "--eval-text", help="text-generation: text every row is teacher-forced over for KLD, top-1 and perplexity vs PyTorch (default: Python's help topics)")
+EVAL_TOKENS_OPTION = typer.Option(None, "--eval-tokens", help="text-generation: tokens of the eval text scored (default 128)")
+CHECKS_OPTION = typer.Option(None, "--checks", help="text-generation: JSON/TOML list of prompts with an expected substring, regex or JSON schema; gates on the pass-rate drop vs PyTorch")
+
+
 @app.command()
 @with_target_options
 def convert(
@@ -49,6 +54,7 @@ def convert(
     prefill_len: List[int] = typer.Option([], "--prefill-len", help="text-generation: a prefill signature of this many tokens (repeatable; default 32)"),
     cache_len: Optional[int] = typer.Option(None, "--cache-len", help="text-generation: KV cache slots (prompt + generated tokens; default 256 or the model's positions)"),
     gen_tokens: Optional[int] = typer.Option(None, "--gen-tokens", help="text-generation: greedy tokens generated per judged prompt (default 16)"),
+    eval_text: Optional[str] = EVAL_TEXT_OPTION, eval_tokens: Optional[int] = EVAL_TOKENS_OPTION, checks: Optional[str] = CHECKS_OPTION,
     cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`"),
     reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)"),
@@ -61,14 +67,13 @@ def convert(
 
     opts = api.convert_options(
         model=model, inputs=input, hf_task=hf_task, seq_len=seq_len, dynamic=dynamic, decompositions=decompositions,
-        trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit,
-        threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
-        budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
-        calibration_data=calibration_data, target_options=target_options, task=task, prefill_lens=prefill_len,
-        cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max, cache=cache,
-        reuse_verdict=reuse_verdict, jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None)
-    result = with_progress(lambda progress: api.convert(opts, progress))
-    finish(result)
+        trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit, config=config,
+        threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, budgets=budget,
+        baseline=baseline, localize=localize, targets=target, quantize=quantize, calibration_data=calibration_data,
+        target_options=target_options, task=task, prefill_lens=prefill_len, cache_len=cache_len, gen_tokens=gen_tokens,
+        eval_text=eval_text, eval_tokens=eval_tokens, checks=checks, fallback=fallback, fallback_max=fallback_max,
+        cache=cache, reuse_verdict=reuse_verdict, jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None)
+    finish(with_progress(lambda progress: api.convert(opts, progress)))
 
 
 def finish(result) -> None:

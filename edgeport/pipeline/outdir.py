@@ -106,7 +106,7 @@ def input_paths(model: str, *others) -> list[Path]:
         if spec is None:
             continue
         text = str(spec)
-        text = text[3:] if text.startswith("hf:") else text
+        text = text[3:] if text.startswith("hf:") else text.removeprefix("gguf:")
         where, sep, _ = text.rpartition(":")
         if sep and where.endswith(".py"):
             text = where

@@ -42,6 +42,7 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     staging = staging_dir(opts.output.out)
     try:
         with redirected(staging / RUN_LOG), run_scratch(staging):  # scratch: removed before publishing
+            opts = from_gguf(opts, progress)
             report = convert_into(staging, opts, the_plan, progress)
         publish(staging, opts.output.out)
     except BaseException:
@@ -50,6 +51,13 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Result(report, opts.output.out, 0 if report["passed"] else 1)
+
+
+def from_gguf(opts: ConvertOptions, progress: Progress) -> ConvertOptions:
+    """A GGUF source as the ``hf:`` directory every task reads, dequantized into the run's scratch folder."""
+    from edgeport.sources.gguf import as_hf_source
+
+    return as_hf_source(opts, progress)
 
 
 def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progress) -> dict:
@@ -110,7 +118,8 @@ def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timi
 
     rows = [{**failed_row(t.name, v, error), "required": is_required(t.name, v, the_plan.config)}
             for t, v in the_plan.rows]
-    report = assemble(opts.source.model, rows, None, the_plan.task, timings, opts.judge.threads, the_plan.baseline,
+    spec = opts.source.gguf["spec"] if opts.source.gguf else opts.source.model
+    report = assemble(spec, rows, None, the_plan.task, timings, opts.judge.threads, the_plan.baseline,
                       config=the_plan.config)
     return write_outputs(staging, report, None, opts.output.junit)
 
@@ -119,9 +128,11 @@ def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prep
     from edgeport.validate.report import write_outputs
 
     task = the_plan.task
-    report = assemble(opts.source.model, rows, prepared.session, task, prepared.timings, opts.judge.threads,
-                      the_plan.baseline, program=dict(prepared.program), config=the_plan.config)
-    return write_outputs(staging, report, task.manifest(opts.source.model, prepared, rows, staging), opts.output.junit)
+    gguf = opts.source.gguf
+    spec, program = (gguf["spec"], {**prepared.program, "gguf": gguf}) if gguf else (opts.source.model, prepared.program)
+    report = assemble(spec, rows, prepared.session, task, prepared.timings, opts.judge.threads,
+                      the_plan.baseline, program=dict(program), config=the_plan.config)
+    return write_outputs(staging, report, task.manifest(spec, prepared, rows, staging), opts.output.junit)
 
 
 def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, module_rewrites, progress,

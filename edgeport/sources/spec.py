@@ -31,6 +31,9 @@ class SourceOptions:
     decompositions: str | None = None
     trust_pickle: bool = False            # a .pt2 may unpickle objects (runs code from the archive)
     trust_remote_code: bool = False       # hf: may run the repository's own Python code
+    # a GGUF source once materialized as an hf: directory: the user's spec, the file's quantization type
+    # (edgeport.sources.gguf); reports name the GGUF, not the run's scratch copy
+    gguf: dict | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,9 @@ LIMITS = {
     "token_agreement_min": Limit(0, 1, looser="lower", vacuous=0.0),
     "topk": Limit(1, 1 << 20, integer=True), "max_size_ratio": Limit(0, low_open=True),
     "max_latency_ratio": Limit(0, low_open=True),
+    # text-generation quality on real text (edgeport.pipeline.tasks.text_generation.quality)
+    "kld_mean_max": Limit(0), "kld_p99_max": Limit(0), "top1_agreement_min": Limit(0, 1, looser="lower", vacuous=0.0),
+    "checks_drop_max": Limit(0, 1),
     # [baseline] regression thresholds: edgeport.config.BASELINE_DEFAULTS
     "error_factor": Limit(1), "error_floor": Limit(0), "latency_factor": Limit(1), "size_factor": Limit(1),
     # fleet.toml [ray] and the judge's counts (fleet.toml [defaults]/[[model]], flags)

@@ -64,9 +64,14 @@ REFERENCE_PRECISION = {"bf16": BF16, "fp16": FP16}
 # first divergence; edgeport.pipeline.tasks.text_generation.judge gives its per-variant default)
 # max_size_ratio / max_latency_ratio: a variant's size / p50 against its target's fp32 row (not parity: gated by
 # edgeport.validate.payoff once every row of the run is in)
+# kld_mean_max / kld_p99_max / top1_agreement_min: text-generation rows only, on teacher-forced real text
+# (edgeport.pipeline.tasks.text_generation.quality gives their per-variant defaults); checks_drop_max: the share
+# of --checks PyTorch passes that an artifact may fail (text_generation.checks; default 0)
+QUALITY_KEYS = ("kld_mean_max", "kld_p99_max", "top1_agreement_min", "checks_drop_max")
 BUDGET_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "topk",
-               "token_agreement_min", "max_size_ratio", "max_latency_ratio")
-GATE_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "token_agreement_min")
+               "token_agreement_min", "max_size_ratio", "max_latency_ratio", *QUALITY_KEYS)
+GATE_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "token_agreement_min",
+             *QUALITY_KEYS)
 LIST_KEYS = ("gate", "topk_outputs")  # budget keys whose value is a list: metrics that gate, outputs top-k applies to
 ALLOW_KEYS = ("allow_empty", "allow_nonfinite_reference")  # true/false: let an output pass that compared nothing / some
 HISTOGRAM_EDGES = [10.0 ** e for e in range(-10, 3)]  # |error| decades 1e-10 .. 1e2

@@ -89,6 +89,14 @@ def messages(report: dict) -> list[tuple[str, str]]:
     return out
 
 
+def source_lines(report: dict) -> list[str]:
+    """A GGUF source: its own quantization, and that every artifact starts from its dequantized weights."""
+    gguf = (report.get("model") or {}).get("gguf")
+    if not gguf:
+        return []
+    return [f"Source: GGUF {gguf['file']} ({gguf['architecture']}, {gguf['quantization']}); weights: {gguf['weights']}"]
+
+
 def environment_lines(report: dict) -> list[str]:
     """Where the numbers were measured (latency across CPUs is not a property of the model), and what they
     were judged by: the config files read and every budget that differs from the default."""
@@ -96,10 +104,10 @@ def environment_lines(report: dict) -> list[str]:
 
     env = report.get("environment")
     if not env:
-        return audit_lines(report)
+        return source_lines(report) + audit_lines(report)
     cpu = env.get("cpu") or {}
     packages = ", ".join(f"{k} {v}" for k, v in (env.get("packages") or {}).items())
-    return [f"Measured on: {cpu.get('model') or '?'} ({cpu.get('cores') or '?'} cores; ISA: "
+    return [*source_lines(report), f"Measured on: {cpu.get('model') or '?'} ({cpu.get('cores') or '?'} cores; ISA: "
             f"{', '.join(cpu.get('isa') or []) or '?'}); {env.get('os')}; Python {env.get('python')}; "
             f"threads {env.get('threads')}", f"Packages: {packages}", *audit_lines(report)]
 

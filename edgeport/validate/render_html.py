@@ -7,6 +7,7 @@ import html
 import math
 
 from edgeport.validate.quantization import search_curves
+from edgeport.validate.render_quality import kld_plot
 from edgeport.validate.render import (HEADERS, environment_lines, headline, messages, report_sections, samples_line,
                                       summary_rows)
 
@@ -47,6 +48,7 @@ def render_html(report: dict) -> str:
 {summary}{facts}
 {sections}
 {f'<h2>Fallback search (budget metric vs layers kept float)</h2><div class="charts" id="search">{curves}</div>' if curves else ''}
+{kld_plot(report)}
 <ul id="notes">{notes}</ul>
 <h2>Latency (p50, p90 whisker)</h2><div id="latency">{_latency_svg(report)}</div>
 <h2>Error histograms (|artifact − PyTorch| per element, one bar per decade)</h2><div class="charts" id="histograms">{histograms or "<p>no parity results</p>"}</div>

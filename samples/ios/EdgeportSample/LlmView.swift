@@ -1,8 +1,9 @@
 import SwiftUI
 
 /// The LLM screen: loads the bundled `model.litertlm` (edgeport's `--litertlm`, path from manifest.json) with
-/// LiteRT-LM, checks it against PyTorch on the manifest's `text_sample`, then streams a continuation of any
-/// prompt typed in (fed as-is, no chat template).
+/// LiteRT-LM, checks it against PyTorch on the manifest's `text_sample`, shows the quality edgeport measured for
+/// the target's artifacts (the manifest's `quality`: KL divergence, same top-1, perplexity, task checks), then
+/// streams a continuation of any prompt typed in (fed as-is, no chat template).
 struct LlmView: View {
     @State private var engine: LiteRtLmEngine?
     @State private var check = "loading model.litertlm…"
@@ -30,8 +31,10 @@ struct LlmView: View {
             let loaded = try await LiteRtLmEngine(modelPath: folder.appendingPathComponent(bundle.path).path, useGPU: false)
             let result = try await BundleCheck.run(manifest, bundle, engine: loaded)
             engine = loaded
+            let quality = manifest.qualityLines(target: "litert")
             check = "\(result.model)\n\(bundle.path) on CPU\ntokens matching PyTorch: \(result.matched) of \(result.total)"
                 + (result.exact ? "" : " (NOT exact)")
+                + (quality.isEmpty ? "" : "\n\nquality on real text vs PyTorch fp32 (edgeport's judge):\n" + quality.joined(separator: "\n"))
         } catch {
             check = "failed: \(error.localizedDescription)"
         }

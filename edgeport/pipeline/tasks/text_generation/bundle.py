@@ -20,18 +20,20 @@ from edgeport.pipeline.tasks.text_generation.reference import ProgramRunner, gen
 
 def judge(impl, artifact: Path, session, budget: dict) -> Verdict:
     """Greedy tokens of the bundle in its own runtime (``impl``: the target's bundle module) vs PyTorch's on
-    the same prompt ids."""
+    the same prompt ids. The runtime runs in a child process (:func:`contained`): a native crash in it (a
+    Rust panic that aborts, a segfault) fails this row, not the run."""
     layout = session.layout
+    runtime = impl.JUDGED_BY.split(" ")[0]
     try:
+        texts, ids, dropped, table, runs = contained(engine_runs, impl.__name__, str(artifact), layout.to_json(),
+                                                     session.prompts, fixed_threads(session.judge.threads))
         tokenizer = impl.load_tokenizer(impl.tokenizer_dir(impl.model_dir(layout.to_json()), artifact))
-        engine = impl.open_engine(artifact, fixed_threads(session.judge.threads))
-        texts, ids, dropped = impl.engine_prompts(engine, tokenizer, session.prompts, layout.cache_len - layout.gen_tokens)
-        if not texts:
-            return Verdict("failed", "no parity prompt round-trips through the engine's tokenizer as text")
-        table = impl.piece_ids(tokenizer)
-        runs = [impl.run_text(engine, text, layout.gen_tokens) for text in texts]
+    except ChildCrashed as exc:
+        return Verdict("failed", f"bundle crashed {runtime} ({exc}); the run went on without it")
     except Exception as exc:
-        return Verdict("failed", f"bundle does not run in {impl.JUDGED_BY.split(' ')[0]}: {first_line(exc)}")
+        return Verdict("failed", f"bundle does not run in {runtime}: {first_line(exc)}")
+    if not texts:
+        return Verdict("failed", "no parity prompt round-trips through the engine's tokenizer as text")
     counted = [(b.last_prefill_token_count, len(p)) for (_, b), p in zip(runs, ids) if b.last_prefill_token_count != len(p)]
     if counted:
         return Verdict("failed", f"the engine prefilled {counted[0][0]} tokens where the model's tokenizer gives "
@@ -41,6 +43,68 @@ def judge(impl, artifact: Path, session, budget: dict) -> Verdict:
     result = verdict(expected, got, [b for _, b in runs], ids, dropped, session, budget, impl.JUDGED_BY)
     result.details["generation"]["text_sample"] = text_sample(tokenizer, texts, expected, layout.gen_tokens)
     return result
+
+
+BENCH_FIELDS = ("last_prefill_token_count", "last_prefill_tokens_per_second", "last_decode_tokens_per_second",
+                "time_to_first_token_in_second")
+
+
+def engine_runs(module: str, artifact: str, layout_json: dict, prompts: list, threads: int) -> tuple:
+    """In the child: (texts, ids, prompts dropped, piece -> id table, [(pieces, benchmark)]) of the engine."""
+    import importlib
+
+    impl, path = importlib.import_module(module), Path(artifact)
+    room = layout_json["cache_len"] - layout_json["gen_tokens"]
+    tokenizer = impl.load_tokenizer(impl.tokenizer_dir(impl.model_dir(layout_json), path))
+    engine = impl.open_engine(path, threads)
+    texts, ids, dropped = impl.engine_prompts(engine, tokenizer, prompts, room)
+    if not texts:
+        return texts, ids, dropped, {}, []
+    runs = [impl.run_text(engine, text, layout_json["gen_tokens"]) for text in texts]
+    bench = [SimpleNamespace(**{f: getattr(b, f, 0) for f in BENCH_FIELDS}) for _, b in runs]
+    return texts, ids, dropped, impl.piece_ids(tokenizer), [(p, b) for (p, _), b in zip(runs, bench)]
+
+
+class ChildCrashed(RuntimeError):
+    """The child process died without an answer (a signal, or an exit from native code)."""
+
+
+def contained(fn, *args):
+    """``fn(*args)`` in a spawned child process: its value, its exception re-raised here (as RuntimeError with
+    its first line), or :class:`ChildCrashed` naming how the child died. Unlike a process pool (which waits
+    forever for a worker that aborted), the child's death is an answer."""
+    import multiprocessing
+    import signal
+
+    if multiprocessing.current_process().daemon:  # a daemonic worker may not start children: run it here
+        return fn(*args)
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_contained_child, args=(send, fn, args), daemon=False)
+    child.start()
+    send.close()
+    try:
+        kind, value = receive.recv()
+    except EOFError:
+        child.join()
+        code = child.exitcode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        raise ChildCrashed(f"its process died: {how}") from None
+    finally:
+        receive.close()
+    child.join()
+    if kind == "error":
+        raise RuntimeError(value)
+    return value
+
+
+def _contained_child(send, fn, args) -> None:
+    try:
+        message = ("ok", fn(*args))
+    except BaseException as exc:  # noqa: BLE001 -- every failure is the parent's answer
+        message = ("error", first_line(exc))
+    send.send(message)
+    send.close()
 
 
 def text_sample(tokenizer, texts: list[str], expected: list[list[int]], new_tokens: int) -> dict:

@@ -26,8 +26,14 @@ TOKEN_AGREEMENT_REDUCED = 0.9
 
 def generation_budget(budget: dict, variant: str) -> dict:
     """The row's budget with the token agreement default for its variant (a configured value wins)."""
+    from edgeport.pipeline.tasks.text_generation.quality import QUALITY_BUDGETS
+
     out = dict(budget)
     out.setdefault("token_agreement_min", TOKEN_AGREEMENT_DEFAULT.get(variant, TOKEN_AGREEMENT_REDUCED))
+    from edgeport.pipeline.tasks.text_generation.checks import DROP_DEFAULT
+
+    for key, value in {**QUALITY_BUDGETS.get(variant, {}), "checks_drop_max": DROP_DEFAULT}.items():
+        out.setdefault(key, value)
     if isinstance(out.get("builtin"), dict):
         out["builtin"] = generation_budget(out["builtin"], variant)
     return out

@@ -63,7 +63,8 @@ def generation_manifest(spec: str, session, rows: list[dict], out_dir: Path) -> 
             "signatures": layout.signatures, "feeding": FEEDING,
             "artifacts": [{"target": r["target"], "variant": r["variant"], "path": r["artifact"], "status": r["status"],
                            **file_list(r), "built_by": r.get("built_by"), "signatures": r.get("signatures"),
-                           "text_sample": (r.get("generation") or {}).get("text_sample")}
+                           "text_sample": (r.get("generation") or {}).get("text_sample"),
+                           "quality": quality_summary(r)}
                           for r in rows if r.get("artifact")],
             "parity_sample": parity_sample(session),
             "tokenizer": "tokenizer" if tokenizer.is_dir() else None,
@@ -74,3 +75,18 @@ def generation_manifest(spec: str, session, rows: list[dict], out_dir: Path) -> 
 def parity_sample(session) -> dict:
     return {"reference": session.reference_source, "new_tokens": session.layout.gen_tokens,
             "prompts": [{"prompt_ids": list(p), "tokens": list(r.tokens)} for p, r in zip(session.prompts, session.reference)]}
+
+
+QUALITY_FIELDS = ("text", "tokens", "kld_mean", "kld_p99", "top1_agreement", "ppl_reference", "ppl", "delta_ppl")
+
+
+def quality_summary(row: dict) -> dict | None:
+    """What an app screen shows of the row's judged quality: the teacher-forced numbers on real text vs PyTorch
+    fp32 (no per-token list) and the task checks' pass counts; None when neither was measured."""
+    quality, checks = row.get("quality"), row.get("checks")
+    if not quality and not checks:
+        return None
+    out = {k: quality[k] for k in QUALITY_FIELDS if k in quality} if quality else {}
+    if checks:
+        out["checks"] = {k: checks[k] for k in ("total", "passed", "reference_passed")}
+    return out

@@ -29,6 +29,9 @@ class GenerationOptions:
     prefill_lens: tuple[int, ...] = ()
     cache_len: int | None = None
     gen_tokens: int | None = None
+    eval_text: str | None = None       # quality on real text: the text (default: Python's help topics)
+    eval_tokens: int | None = None     # quality on real text: tokens scored (default quality.DEFAULT_EVAL_TOKENS)
+    checks: str | None = None          # task checks: prompts with what the answer must hold (.checks)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
     if g.task not in TASKS:
         raise UsageError(f"unknown --task {g.task!r}; known: {', '.join(TASKS)}")
     explicit = [flag for flag, value in (("--prefill-len", g.prefill_lens), ("--cache-len", g.cache_len),
-                                         ("--gen-tokens", g.gen_tokens)) if value]
+                                         ("--gen-tokens", g.gen_tokens), ("--eval-text", g.eval_text),
+                                         ("--eval-tokens", g.eval_tokens), ("--checks", g.checks)) if value]
     arch, causal, positions = describe_source(opts.source, g.task)
     if g.task == "forward" or (g.task == "auto" and not causal):
         refuse_bundle_options(opts, targets, "this model is not a causal LM" if not causal else "--task forward was given")
@@ -58,19 +62,34 @@ def plan_generation(opts, targets: list) -> GenerationPlan | None:
                              f"({'this model is not a causal LM' if not causal else '--task forward was given'})")
         return None
     if not causal:
-        raise UsageError(f"--task text-generation needs a causal language model loaded through hf:; "
+        raise UsageError(f"--task text-generation needs a causal language model (hf: or a GGUF); "
                          f"{opts.source.model!r} is {arch or 'not a Hugging Face model'}")
     refuse_forward_only(opts)
     lens, gen_tokens, cache_len = lengths(g, positions)
+    check_quality_options(g)
     rows, skipped = generation_rows(targets, opts.quantize, opts.target_options)
     for target, variant in rows:
         bundle = target.generation().bundle(variant)
-        if bundle:
-            bundle.impl().check(Path(opts.source.model[3:]))
+        if bundle:  # (a GGUF's folder is written at run time: only the extra is checked)
+            bundle.impl().check(Path(opts.source.model.removeprefix("hf:")))
     for target in dict.fromkeys(target for target, _ in rows):
         if target.generation().check:
             target.generation().check(opts.source, opts.target_options or {}, cache_len)
     return GenerationPlan(lens, cache_len, gen_tokens, arch, rows, skipped)
+
+
+def check_quality_options(g: GenerationOptions) -> None:
+    """--eval-text / --eval-tokens / --checks, checked before the model loads."""
+    from edgeport.pipeline.tasks.text_generation.quality import MAX_EVAL_TOKENS
+
+    if g.eval_tokens is not None and not 1 <= g.eval_tokens <= MAX_EVAL_TOKENS:
+        raise UsageError(f"--eval-tokens must be 1..{MAX_EVAL_TOKENS}, got {g.eval_tokens}")
+    if g.eval_text is not None and not Path(g.eval_text).is_file():
+        raise UsageError(f"--eval-text not found: {g.eval_text}")
+    if g.checks is not None:
+        from edgeport.pipeline.tasks.text_generation.checks import read_checks
+
+        read_checks(g.checks)
 
 
 def refuse_forward_only(opts) -> None:
@@ -132,9 +151,14 @@ def generation_rows(targets: list, quantize, options: dict | None = None) -> tup
 
 def describe_source(source, task: str) -> tuple[str | None, bool, int | None]:
     """(architecture, is a causal LM, max positions) from an ``hf:`` model's config; nothing for other specs."""
-    if not source.model.startswith("hf:"):
+    from edgeport.sources.gguf import describe, is_gguf
+
+    if is_gguf(source.model):  # its config from the file's metadata (nothing dequantized yet)
+        config = describe(source.model)["config"]
+    elif not source.model.startswith("hf:"):
         return None, False, None
-    config = read_config(source.model[3:], source.trust_remote_code, force=task == "text-generation")
+    else:
+        config = read_config(source.model[3:], source.trust_remote_code, force=task == "text-generation")
     if config is None:
         return None, False, None
     archs = list(config.get("architectures") or [])

@@ -20,7 +20,25 @@ def generation_sections(report: dict) -> list[ReportSection]:
     if eager:
         rows.append([block.get("eager_label") or "PyTorch eager", "fp32", "–", "–", "–", "–", "–", prefill_text(eager["prefill_ms"]),
                      num(eager["decode_ms_per_token"], ".3f"), num(eager["tokens_per_s"], ".1f"), "1.00×", "–", "–"])
-    return [ReportSection("generation", TITLE, HEADERS, rows)]
+    return [ReportSection("generation", TITLE, HEADERS, rows), *quality_sections(report)]
+
+
+QUALITY_TITLE = "Quality on real text (teacher-forced vs PyTorch fp32, llama.cpp's --kl-divergence numbers)"
+QUALITY_HEADERS = ("target", "variant", "tokens", "mean KLD", "p99 KLD", "max KLD", "same top-1", "PPL PyTorch",
+                   "PPL artifact", "Δppl", "checks passed")
+
+
+def quality_sections(report: dict) -> list[ReportSection]:
+    rows = [quality_cells(r) for r in report.get("targets", []) if r.get("quality") or r.get("checks")]
+    return [ReportSection("quality", QUALITY_TITLE, QUALITY_HEADERS, rows)] if rows else []
+
+
+def quality_cells(row: dict) -> list[str]:
+    q, c = row.get("quality") or {}, row.get("checks")
+    checks = f"{c['passed']}/{c['total']} (PyTorch {c['reference_passed']}/{c['total']})" if c else "–"
+    return [row["target"], row["variant"], str(q.get("tokens", "–")), num(q.get("kld_mean"), ".3g"), num(q.get("kld_p99"), ".3g"),
+            num(q.get("kld_max"), ".3g"), num(100 * q["top1_agreement"] if "top1_agreement" in q else None, ".1f") + ("%" if q else ""),
+            num(q.get("ppl_reference"), ".3f"), num(q.get("ppl"), ".3f"), num(q.get("delta_ppl"), "+.4f"), checks]
 
 
 def cells(row: dict) -> list[str]:

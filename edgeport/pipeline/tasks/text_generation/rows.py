@@ -129,17 +129,21 @@ def judge_any(support, variant: str, artifact: Path, session, budget: dict) -> V
 
 
 def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
-    """Load, generate on every prompt, compare with the reference, time; a load/run failure fails the row."""
+    """Load, generate on every prompt, compare with the reference, teacher-force the eval text, time; a
+    load/run failure fails the row."""
     from edgeport.pipeline.tasks.text_generation.judge import (artifact_latency, compare_generations, generation_block, peak_rss,
                                            reset_peak_rss)
     from edgeport.pipeline.tasks.text_generation.loop import greedy
+    from edgeport.pipeline.tasks.text_generation.quality import tokens_budget
     from edgeport.pipeline.plan import fixed_threads
 
     layout = session.layout
     before = reset_peak_rss()
     try:
         runner = support.load(artifact, fixed_threads(session.judge.threads))
+        quality, checks = measure_quality(runner, session), run_checks(runner, session)
         got = [greedy(runner, layout, prompt, layout.gen_tokens) for prompt in session.prompts]
+        budget = tokens_budget(budget, quality)
         tokens, parity = compare_generations(session.reference, got, budget)
         latency, decode = artifact_latency(runner, layout, session.prompts[-1]) if session.judge.latency else (None, None)
         io, judged_on = runner.io(), runner.details()
@@ -149,6 +153,43 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
     block = generation_block(session.prompts, layout.gen_tokens, tokens, parity, latency, session.eager, io, rss)
     latency_ms = {**{k: decode[k] for k in ("p50", "p90", "runs")}, "threads": runner.threads} if decode else None
     notes = ["--threads auto: generative rows run at all cores (no runner sweep)"] if session.judge.threads == "auto" else []
-    error = None if parity["passed"] else f"parity: {parity['message']}"
-    return Verdict("ok" if parity["passed"] else "failed", error, parity, latency_ms, None,
-                   {"generation": block, "signatures": io, **judged_on}, notes + parity.get("notes", []))
+    failures = quality_gate(quality, checks, budget, parity)
+    error = None if not failures else f"parity: {'; '.join(failures)}"
+    details = {"generation": block, "signatures": io, **judged_on, **({"quality": quality} if quality else {}),
+               **({"checks": checks} if checks else {})}
+    return Verdict("failed" if failures else "ok", error, parity, latency_ms, None, details,
+                   notes + parity.get("notes", []) + session_notes(session))
+
+
+def measure_quality(runner, session) -> dict | None:
+    from edgeport.pipeline.tasks.text_generation.quality import measure
+
+    ref = getattr(session, "quality", None)
+    return measure(runner, session.layout, ref) if ref is not None else None
+
+
+def run_checks(runner, session) -> dict | None:
+    from edgeport.pipeline.tasks.text_generation.checks import run_checks as run
+
+    prepared = getattr(session, "checks", None)
+    return run(runner, session.layout, prepared) if prepared is not None else None
+
+
+def quality_gate(quality: dict | None, checks: dict | None, budget: dict, parity: dict) -> list[str]:
+    """Every failure of the row: the logits/tokens parity, then the quality budgets and the task checks (the
+    parity's ``passed`` follows them, so the summary and JUnit read the row as failed)."""
+    from edgeport.pipeline.tasks.text_generation.checks import checks_failures
+    from edgeport.pipeline.tasks.text_generation.quality import quality_failures
+
+    failures = [] if parity["passed"] else [parity["message"]]
+    if quality is not None:
+        failures += quality_failures(quality, budget)
+    if checks is not None:
+        failures += checks_failures(checks, budget)
+    parity["passed"] = not failures
+    return failures
+
+
+def session_notes(session) -> list[str]:
+    note = getattr(session, "quality_note", None)
+    return [note] if note else []

@@ -92,9 +92,30 @@ def start_session(exported, opts, real: list, data: dict | None):
     prompts = real + random_prompts(layout, opts.judge.samples, opts.judge.seed)
     reference = generate_reference(exported.model, prompts, layout.gen_tokens, layout.cache_len)
     eager = eager_latency(exported.model, layout, fixed_threads(opts.judge.threads)) if opts.judge.latency else None
+    quality, note = quality_reference(exported.model, layout, opts)
     return GenSession(layout, exported.programs, exported.samples, prompts, reference, eager, opts.judge,
                       dict(opts.target_options), data, {"real": len(real), "random": len(prompts) - len(real)},
-                      notes=list(exported.notes), cache=open_cache(opts.cache), reuse_verdict=opts.reuse_verdict)
+                      notes=list(exported.notes), cache=open_cache(opts.cache), reuse_verdict=opts.reuse_verdict,
+                      quality=quality, quality_note=note, checks=task_checks(exported, opts))
+
+
+def task_checks(exported, opts) -> dict | None:
+    """--checks with PyTorch's answers (:mod:`.checks`); None without the flag."""
+    from edgeport.pipeline.tasks.text_generation.checks import prepare_checks
+
+    if not opts.generation.checks:
+        return None
+    where = Path(opts.source.model[3:]) if opts.source.model.startswith("hf:") else None
+    return prepare_checks(opts.generation.checks, where, exported.layout, exported.programs)
+
+
+def quality_reference(model, layout, opts):
+    """PyTorch fp32 over the eval text, for every row's quality block (:mod:`.quality`)."""
+    from edgeport.pipeline.tasks.text_generation.quality import DEFAULT_EVAL_TOKENS, prepare_reference
+
+    g = opts.generation
+    where = Path(opts.source.model[3:]) if opts.source.model.startswith("hf:") else None
+    return prepare_reference(model, layout, where, g.eval_text, g.eval_tokens or DEFAULT_EVAL_TOKENS)
 
 
 def open_cache(enabled: bool):
@@ -123,6 +144,9 @@ class GenSession:
     cache: object = None               # edgeport.cache.Cache, or None (--no-cache; validate)
     reuse_verdict: bool = False        # a cached artifact keeps its cached verdict (--reuse-verdict)
     weight_bytes: int | None = None    # fp32 bytes of the model's parameters (None: unknown)
+    quality: object = None             # quality.QualityReference: PyTorch fp32 over the eval text (None: not measured)
+    quality_note: str | None = None    # why there is no quality block
+    checks: dict | None = None         # --checks with PyTorch's answers (checks.prepare_checks)
     _programs_id: dict | None = None
 
     def programs_id(self) -> dict:
@@ -149,4 +173,5 @@ class GenSession:
     def report_block(self) -> dict:
         return {"task": "text-generation", "reference": self.reference_source, "prompts": len(self.prompts),
                 "prompt_origin": self.origin, "new_tokens": self.layout.gen_tokens, "cache_len": self.layout.cache_len,
-                "prefill_lens": self.layout.prefill_lens, "eager": self.eager, "eager_label": self.eager_label}
+                "prefill_lens": self.layout.prefill_lens, "eager": self.eager, "eager_label": self.eager_label,
+                **({"quality": {**self.quality.block_info(), "tokens": int(len(self.quality.targets))}} if self.quality else {})}

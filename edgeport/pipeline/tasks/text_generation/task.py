@@ -9,8 +9,15 @@ from edgeport.pipeline.tasks.text_generation.report import generation_sections
 
 
 def manifest(spec: str, prepared, report_rows: list[dict], staging):
+    from edgeport.pipeline.tasks.text_generation.layout import EXPORTED_DIR
     from edgeport.pipeline.tasks.text_generation.manifest import generation_manifest
 
+    layout = prepared.session.layout
+    if layout.model != spec and (staging / EXPORTED_DIR).is_dir():
+        # a GGUF source ran from its dequantized copy in the run's scratch (gone once published): the saved
+        # layout names the user's spec, as the report does (validate reads the programs, not the model)
+        layout.model = spec
+        layout.save(staging / EXPORTED_DIR)
     return generation_manifest(spec, prepared.session, report_rows, staging)
 
 

@@ -26,6 +26,11 @@ struct GenerationManifest: Codable {
         }
         return found
     }
+
+    /// One line per artifact of `target` whose quality edgeport judged (the LLM screen shows them).
+    func qualityLines(target: String) -> [String] {
+        generation.artifacts.filter { $0.target == target && $0.quality != nil }.map { "\($0.variant): \($0.quality!.describe())" }
+    }
 }
 
 struct GenerationArtifact: Codable {
@@ -34,10 +39,48 @@ struct GenerationArtifact: Codable {
     let path: String
     let status: String
     let textSample: TextSample?
+    let quality: Quality?
 
     enum CodingKeys: String, CodingKey {
-        case target, variant, path, status
+        case target, variant, path, status, quality
         case textSample = "text_sample"
+    }
+}
+
+/// An artifact's quality as edgeport judged it: teacher-forced over real text through its own runtime against
+/// PyTorch fp32 (llama.cpp's --kl-divergence numbers), and its task checks' pass counts beside PyTorch's.
+struct Quality: Codable {
+    let kldMean: Double?
+    let kldP99: Double?
+    let top1Agreement: Double?
+    let pplReference: Double?
+    let ppl: Double?
+    let checks: ChecksSummary?
+
+    enum CodingKeys: String, CodingKey {
+        case kldMean = "kld_mean", kldP99 = "kld_p99", top1Agreement = "top1_agreement"
+        case pplReference = "ppl_reference", ppl, checks
+    }
+
+    func describe() -> String {
+        var parts: [String] = []
+        if let kldMean, let top1Agreement {
+            parts.append(String(format: "mean KLD %.4g, p99 %.4g, same top-1 %.1f%%", kldMean, kldP99 ?? .nan, 100 * top1Agreement))
+        }
+        if let ppl, let pplReference { parts.append(String(format: "ppl %.3f (PyTorch %.3f)", ppl, pplReference)) }
+        if let checks { parts.append("checks \(checks.passed)/\(checks.total) (PyTorch \(checks.referencePassed)/\(checks.total))") }
+        return parts.joined(separator: "; ")
+    }
+}
+
+struct ChecksSummary: Codable {
+    let total: Int
+    let passed: Int
+    let referencePassed: Int
+
+    enum CodingKeys: String, CodingKey {
+        case total, passed
+        case referencePassed = "reference_passed"
     }
 }
 

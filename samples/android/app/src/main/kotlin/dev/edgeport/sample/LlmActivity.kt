@@ -17,7 +17,8 @@ import java.io.File
 /**
  * The LLM screen: loads the bundled `model.litertlm` (edgeport's `--litertlm`) with the LiteRT-LM SDK, checks
  * it against PyTorch on the manifest's `text_sample` (BundleCheck: the same prompts, token by token), then
- * streams a continuation of any prompt typed in. Which file to load comes from manifest.json, never a name
+ * streams a continuation of any prompt typed in; below the check, the quality numbers edgeport measured for
+ * the target's artifacts (manifest.json's `quality`: KL divergence, same top-1, perplexity, task checks). Which file to load comes from manifest.json, never a name
  * written here; the engine needs a real file, so the asset is copied once into the app's files folder.
  */
 class LlmActivity : ComponentActivity() {
@@ -50,7 +51,9 @@ class LlmActivity : ComponentActivity() {
         val bundle = manifest.generation?.bundle(MainActivity.TARGET)
             ?: return "no .litertlm in manifest.json: convert with --litertlm"
         val loaded = LiteRtLmEngine(localCopy(bundle).path, Backend.CPU(), cacheDir.path).also { engine = it }
-        return BundleCheck.describe(BundleCheck.run(manifest, bundle, loaded), "CPU (LiteRT-LM)")
+        val quality = manifest.generation?.qualityLines(MainActivity.TARGET).orEmpty()
+        return BundleCheck.describe(BundleCheck.run(manifest, bundle, loaded), "CPU (LiteRT-LM)") +
+            (if (quality.isEmpty()) "" else "\n\nquality on real text vs PyTorch fp32 (edgeport's judge):\n" + quality.joinToString("\n"))
     }
 
     private fun generate(text: String) {

@@ -111,6 +111,10 @@ data class Generation(
 
     /** The target's app-ready bundle (`--litertlm`), when the conversion wrote one. */
     fun bundle(target: String): GenerationArtifact? = artifacts.firstOrNull { it.target == target && it.isBundle }
+
+    /** One line per artifact of [target] whose quality was judged (what the LLM screen shows). */
+    fun qualityLines(target: String): List<String> =
+        artifacts.filter { it.target == target && it.quality != null }.map { "${it.variant}: ${it.quality!!.describe()}" }
 }
 
 /** One cache tensor of the layout: `kind` is key, value or length (the layer's next write slot). */
@@ -125,6 +129,7 @@ data class GenerationArtifact(
     val status: String,
     val signatures: Map<String, SignatureIO>?,   // null when the artifact did not load (and for a bundle)
     @SerialName("text_sample") val textSample: TextSample? = null,  // a bundle an engine drives by text
+    val quality: Quality? = null,   // judged on real text vs PyTorch fp32 (null: not measured)
 ) {
     /** A `.litertlm` bundle: LiteRT-LM runs it from text (BundleCheck), not signature by signature. */
     val isBundle: Boolean get() = path.endsWith(".litertlm")
@@ -134,6 +139,37 @@ data class GenerationArtifact(
  * What an app driving a bundle by text checks itself against: each judged prompt as the text the engine
  * was fed, and PyTorch's greedy tokens as the pieces the engine streams (one token's text each, cut at eos).
  */
+/**
+ * An artifact's quality as edgeport judged it: teacher-forced over real text through its own runtime against
+ * PyTorch fp32 (llama.cpp's --kl-divergence numbers: mean and p99 KL divergence, same top-1 token, perplexity
+ * of both), and its task checks' pass counts beside PyTorch's.
+ */
+@Serializable
+data class Quality(
+    val text: String? = null,
+    val tokens: Int? = null,
+    @SerialName("kld_mean") val kldMean: Double? = null,
+    @SerialName("kld_p99") val kldP99: Double? = null,
+    @SerialName("top1_agreement") val top1Agreement: Double? = null,
+    @SerialName("ppl_reference") val pplReference: Double? = null,
+    val ppl: Double? = null,
+    @SerialName("delta_ppl") val deltaPpl: Double? = null,
+    val checks: ChecksSummary? = null,
+) {
+    fun describe(): String {
+        val parts = mutableListOf<String>()
+        if (kldMean != null && top1Agreement != null) {
+            parts += "mean KLD %.4g, p99 %.4g, same top-1 %.1f%%".format(kldMean, kldP99 ?: Double.NaN, 100 * top1Agreement)
+        }
+        if (ppl != null && pplReference != null) parts += "ppl %.3f (PyTorch %.3f)".format(ppl, pplReference)
+        checks?.let { parts += "checks ${it.passed}/${it.total} (PyTorch ${it.referencePassed}/${it.total})" }
+        return parts.joinToString("; ")
+    }
+}
+
+@Serializable
+data class ChecksSummary(val total: Int, val passed: Int, @SerialName("reference_passed") val referencePassed: Int)
+
 @Serializable
 data class TextSample(@SerialName("new_tokens") val newTokens: Int, val prompts: List<TextPrompt>)
 

@@ -1,0 +1,164 @@
+"""Task checks (``--checks FILE``): prompts whose answer must hold something, run on PyTorch and on every
+artifact, so a row is judged on what the app needs (a tool call that parses, an answer that names Paris)
+and not only on how close its distributions are.
+
+The file (JSON: a list, or ``{"checks": [...]}``; TOML: ``[[checks]]`` tables) lists entries with ``prompt``
+and exactly one of ``contains`` (a substring), ``regex`` (``re.search``) or ``json_schema`` (the first JSON
+value in the answer must validate); optional ``name`` and ``max_new_tokens`` (default 32). The prompt goes
+through the tokenizer's chat template when it has one (as a user turn, generation prompt added). Answers are
+greedy, stopping at the model's eos, through the same loop on both sides (PyTorch: the exported programs).
+The gate: the artifact passes at least as many checks as PyTorch, less ``checks_drop_max`` (a share, default 0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from edgeport.errors import UsageError
+
+KINDS = ("contains", "regex", "json_schema")
+DEFAULT_MAX_NEW = 32
+MAX_CHECKS = 1000
+DROP_DEFAULT = 0.0
+
+
+def read_checks(path_text: str) -> list[dict]:
+    """The checks file, checked at plan time: exit 2 on anything malformed."""
+    path = Path(path_text)
+    if not path.is_file():
+        raise UsageError(f"--checks not found: {path}")
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(path.read_text())
+        else:
+            data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read --checks {path}: {exc}") from exc
+    entries = data.get("checks") if isinstance(data, dict) else data
+    if not isinstance(entries, list) or not entries or len(entries) > MAX_CHECKS:
+        raise UsageError(f"--checks {path}: expected a list of 1..{MAX_CHECKS} checks (or a 'checks' list)")
+    return [check_entry(entry, n, path) for n, entry in enumerate(entries)]
+
+
+def check_entry(entry, n: int, path: Path) -> dict:
+    where = f"--checks {path.name} entry {n}"
+    if not isinstance(entry, dict) or not isinstance(entry.get("prompt"), str) or not entry["prompt"]:
+        raise UsageError(f"{where}: needs a non-empty 'prompt' string")
+    kinds = [k for k in KINDS if k in entry]
+    if len(kinds) != 1:
+        raise UsageError(f"{where}: needs exactly one of {', '.join(KINDS)}")
+    kind, expected = kinds[0], entry[kinds[0]]
+    if kind == "regex":
+        try:
+            re.compile(expected)
+        except (re.error, TypeError) as exc:
+            raise UsageError(f"{where}: bad regex {expected!r}: {exc}") from exc
+    elif kind == "json_schema":
+        check_schema(expected, where)
+    elif not isinstance(expected, str):
+        raise UsageError(f"{where}: 'contains' must be a string")
+    max_new = entry.get("max_new_tokens", DEFAULT_MAX_NEW)
+    if not isinstance(max_new, int) or max_new < 1:
+        raise UsageError(f"{where}: max_new_tokens must be a whole number >= 1")
+    return {"name": str(entry.get("name") or f"check {n}"), "prompt": entry["prompt"], "kind": kind,
+            "expected": expected, "max_new_tokens": max_new}
+
+
+def check_schema(schema, where: str) -> None:
+    try:
+        import jsonschema
+    except ImportError as exc:
+        raise UsageError(f"{where}: json_schema checks need jsonschema: pip install jsonschema") from exc
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except Exception as exc:
+        raise UsageError(f"{where}: bad JSON schema: {str(exc).splitlines()[0]}") from exc
+
+
+def prompt_ids(tokenizer, check: dict) -> list[int]:
+    """The check's prompt as the model expects it: through the chat template when the tokenizer has one."""
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": check["prompt"]}], add_generation_prompt=True,
+                                            tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer(check["prompt"])["input_ids"]]
+
+
+def holds(check: dict, answer: str) -> tuple[bool, str | None]:
+    """(passed, why not) of one answer."""
+    kind, expected = check["kind"], check["expected"]
+    if kind == "contains":
+        return (expected in answer, None if expected in answer else f"no {expected!r} in the answer")
+    if kind == "regex":
+        ok = re.search(expected, answer) is not None
+        return ok, None if ok else f"no match for /{expected}/"
+    return json_holds(expected, answer)
+
+
+def json_holds(schema: dict, answer: str) -> tuple[bool, str | None]:
+    import jsonschema
+
+    start = min((i for i in (answer.find("{"), answer.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return False, "no JSON value in the answer"
+    try:
+        value, _ = json.JSONDecoder().raw_decode(answer[start:])
+        jsonschema.validate(value, schema)
+    except ValueError as exc:
+        return False, f"the answer's JSON does not parse: {exc}"
+    except jsonschema.ValidationError as exc:
+        return False, f"the answer's JSON breaks the schema: {exc.message}"
+    return True, None
+
+
+def prepare_checks(path_text: str, tokenizer_dir: Path | None, layout, programs: dict) -> dict:
+    """The checks with their prompt ids and PyTorch's answers (the exported programs through the same loop)."""
+    from edgeport.pipeline.tasks.text_generation.prompts import check_prompt, load_tokenizer
+    from edgeport.pipeline.tasks.text_generation.reference import ProgramRunner
+
+    tokenizer = load_tokenizer(tokenizer_dir, "--checks")
+    checks = read_checks(path_text)
+    for check in checks:
+        check["ids"] = prompt_ids(tokenizer, check)
+        check_prompt(check["ids"], layout, f"--checks {check['name']}", check["max_new_tokens"])
+    answers = answer_all(ProgramRunner(programs), layout, checks, tokenizer)
+    return {"checks": checks, "tokenizer": tokenizer, "reference": [holds(c, a) + (a,) for c, a in zip(checks, answers)]}
+
+
+def answer_all(runner, layout, checks: list[dict], tokenizer) -> list[str]:
+    from edgeport.pipeline.tasks.text_generation.loop import greedy
+
+    stops = tuple(layout.eos_token_ids)
+    return [tokenizer.decode(greedy(runner, layout, c["ids"], c["max_new_tokens"], stop_ids=stops).tokens,
+                             skip_special_tokens=True) for c in checks]
+
+
+def run_checks(runner, layout, prepared: dict) -> dict:
+    """The row's ``checks`` block: each check on the artifact beside PyTorch's result."""
+    checks = prepared["checks"]
+    answers = answer_all(runner, layout, checks, prepared["tokenizer"])
+    results = []
+    for check, answer, (ref_ok, _, _) in zip(checks, answers, prepared["reference"]):
+        ok, why = holds(check, answer)
+        results.append({"name": check["name"], "passed": ok, "reference_passed": ref_ok, "answer": answer, "why": why})
+    total, passed, ref = len(results), sum(r["passed"] for r in results), sum(r["reference_passed"] for r in results)
+    return {"total": total, "passed": passed, "reference_passed": ref, "pass_rate": passed / total,
+            "reference_pass_rate": ref / total, "results": results}
+
+
+def checks_failures(block: dict, budget: dict) -> list[str]:
+    from edgeport.validate.parity import gates
+
+    if not gates(budget, "checks_drop_max"):
+        return []
+    drop = block["reference_pass_rate"] - block["pass_rate"]
+    if drop <= budget["checks_drop_max"] + 1e-12:
+        return []
+    lost = [r["name"] for r in block["results"] if r["reference_passed"] and not r["passed"]]
+    return [f"task checks: {block['passed']}/{block['total']} pass vs PyTorch's {block['reference_passed']}/{block['total']} "
+            f"(drop {drop:.3f} > {budget['checks_drop_max']:g}; lost: {', '.join(lost[:3])})"]
