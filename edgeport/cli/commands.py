@@ -53,6 +53,8 @@ def convert(
     reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)"),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="memory the conversion may use, e.g. 8G (default: what is available); a model whose estimated peak exceeds it is refused before work"),
+    row_timeout: Optional[str] = typer.Option(None, "--row-timeout", help="stop a row (convert + judge) running longer, e.g. 20m, 90s, none (default: from the model's size; [limits] row_timeout in edgeport.toml)"),
+    row_memory: Optional[str] = typer.Option(None, "--row-memory", help="stop a row whose processes use more memory, e.g. 6G, none (default: from the pre-flight estimate; [limits] row_memory)"),
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
@@ -60,15 +62,13 @@ def convert(
     from edgeport.core.memory import parse_memory
 
     opts = api.convert_options(
-        model=model, inputs=input, hf_task=hf_task, seq_len=seq_len, dynamic=dynamic, decompositions=decompositions,
-        trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit,
-        threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, config=config,
-        budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
+        model=model, inputs=input, hf_task=hf_task, seq_len=seq_len, dynamic=dynamic, decompositions=decompositions, trust_pickle=trust_pickle,
+        trust_remote_code=trust_remote_code, out=out, force=force, junit=junit, threads=parse_threads(threads), samples=samples, seed=seed,
+        data=data, latency=not no_latency, config=config, budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
         calibration_data=calibration_data, target_options=target_options, task=task, prefill_lens=prefill_len,
-        cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max, cache=cache,
-        reuse_verdict=reuse_verdict, jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None)
-    result = with_progress(lambda progress: api.convert(opts, progress))
-    finish(result)
+        cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max, cache=cache, reuse_verdict=reuse_verdict,
+        jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None, row_timeout=row_timeout, row_memory=row_memory)
+    finish(with_progress(lambda progress: api.convert(opts, progress)))
 
 
 def finish(result) -> None:

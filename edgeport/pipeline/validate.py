@@ -110,7 +110,8 @@ def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
         row.parity = row.latency_ms = None
         return failed(row, missing)
     task.rejudge(row, target, path, session, budget_of(row))
-    recorded, (row.size_bytes, digest) = row.sha256, digest_of(path)
+    recorded, (size, digest) = row.sha256, digest_of(path)
+    row.size_bytes = _files_size(directory, row.files) or size   # every file of the artifact, as convert counts
     changed = f"sha256 {digest[:12]}… != recorded {recorded[:12]}…" if recorded and digest != recorded else None
     problem = file_problem(directory, [e for e in row.files or [] if not _of_artifact(row.artifact, e)])
     if changed or problem:
@@ -126,6 +127,11 @@ def _of_artifact(artifact: str, entry) -> bool:
     """An entry ``digest_of(artifact)`` already checked (the artifact file, or a file of its directory)."""
     path = entry.get("path") if isinstance(entry, dict) else None
     return isinstance(path, str) and (path == artifact or path.startswith(artifact.rstrip("/") + "/"))
+
+
+def _files_size(directory: Path, entries) -> int:
+    paths = [artifact_in(directory, e.get("path")) for e in entries or [] if isinstance(e, dict)]
+    return sum(p.stat().st_size for p in paths if p is not None and p.is_file())
 
 
 def _present(directory: Path, entry) -> bool:
