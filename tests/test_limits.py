@@ -122,8 +122,9 @@ def test_size_counts_every_file_of_the_artifact(tmp_path):
 def test_a_baseline_written_before_sizes_counted_every_file_is_compared_by_its_files():
     from edgeport.validate.baseline import files_bytes
 
-    old = {"size_bytes": 100, "files": [{"path": "a", "size_bytes": 100}, {"path": "b", "size_bytes": 5000}]}
+    old = {"artifact": "a", "size_bytes": 100, "files": [{"path": "a", "size_bytes": 100}, {"path": "b", "size_bytes": 5000}]}
     assert files_bytes(old) == 5100 and files_bytes({"size_bytes": 7}) is None
+    assert files_bytes({**old, "size_bytes": 5100}) is None and files_bytes({**old, "size_bytes": 50}) is None
 
 
 def test_a_variant_a_target_does_not_offer_is_a_skipped_row(tmp_path):

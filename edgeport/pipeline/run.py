@@ -79,26 +79,21 @@ def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progre
     except Terminated as exc:
         from edgeport.pipeline.stop import held
 
+        if not watch.done:
+            raise   # nothing finished: nothing to publish (the staging directory goes, as before)
         with held():   # a second SIGTERM does not cut the report short
-            return stopped(staging, opts, the_plan, prepared, watch, exc, timings)
+            return stopped(staging, opts, the_plan, prepared, watch, exc)
     return finish(staging, opts, the_plan, rows, prepared)
 
 
-def stopped(staging: Path, opts: ConvertOptions, the_plan, prepared, watch, exc: Terminated, timings: dict) -> dict:
+def stopped(staging: Path, opts: ConvertOptions, the_plan, prepared, watch, exc: Terminated) -> dict:
     """The report of a run SIGTERM stopped: finished rows as they are, the others cancelled; incomplete."""
     from edgeport.pipeline import stop
-    from edgeport.validate.report import write_outputs
 
-    rows_total = len(the_plan.rows) + len(the_plan.skipped)
-    block = stop.stopped_block(exc, watch, rows_total)
-    rows = watch.final if watch.final is not None else stop.settle(the_plan, watch, block)
+    block = stop.stopped_block(exc, watch, the_plan.rows)
+    rows = watch.final if watch.final is not None else stop.settle(the_plan, watch, block, skipped_rows(the_plan))
     stop.prune(staging, rows)
-    marks = {"incomplete": True, "stopped": block}
-    if prepared is None:
-        report = assemble(opts.source.model, rows, None, the_plan.task, timings, opts.judge.threads,
-                          the_plan.baseline, config=the_plan.config)
-        return write_outputs(staging, {**report, **marks, "passed": False}, None, opts.output.junit)
-    return finish(staging, opts, the_plan, rows, prepared, marks)
+    return finish(staging, opts, the_plan, rows, prepared, {"incomplete": True, "stopped": block})
 
 
 def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, timings: dict,
@@ -275,7 +270,7 @@ def _cancelled_rest(staging: Path, the_plan, plans, specs, results, stages, watc
     cancelled (saying the step it was in), the plan's skipped rows as they are."""
     from edgeport.pipeline import stop, task
 
-    block = stop.stopped_block(exc, watch, len(the_plan.rows))
+    block = stop.stopped_block(exc, watch, the_plan.rows)
     for i, spec in enumerate(specs):
         if results[i] is None:
             stage, seconds = stages.get(i, (None, None))

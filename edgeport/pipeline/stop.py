@@ -1,5 +1,5 @@
 """A run stopped from outside (SIGTERM: a CI job cancelled or past its timeout, ``timeout``, ``kill``)
-publishes what had finished instead of nothing: the finished rows with their artifacts, every other row
+publishes what had finished instead of nothing (once at least one row has finished): the finished rows with their artifacts, every other row
 ``failed`` with ``"cancelled": true`` and the step it was in, and the report marked ``"incomplete": true``
 with a ``stopped`` block (signal, exit code, when). The exit code stays the shell's for the signal
 (128 + 15 = 143): a CI script tells "killed" from "a budget failed" (1) the way it always could, and the
@@ -53,11 +53,14 @@ def verdict_line(row: dict) -> str:
     return f"{name}: ok" + (f" ({', '.join(facts)})" if facts else "")
 
 
-def stopped_block(exc, watch: Watch, rows: int) -> dict:
-    """report.json's ``stopped``: which signal, the exit code, after how long, how many rows finished."""
+def stopped_block(exc, watch: Watch, rows: list) -> dict:
+    """report.json's ``stopped``: which signal, the exit code, after how long, how many of the plan's
+    ``rows`` ((target, variant) pairs) finished."""
+    planned = {(t.name, v) for t, v in rows}
     return {"signal": signal.Signals(exc.exit_code - 128).name,
             "exit_code": exc.exit_code, "after_seconds": round(time.monotonic() - watch.start, 1),
-            "during": watch.last, "finished_rows": len(watch.done), "rows": rows}
+            "during": watch.last, "rows": len(rows),
+            "finished_rows": len({(r["target"], r["variant"]) for r in watch.done} & planned)}
 
 
 def cancelled_row(target: str, variant: str, required: bool, block: dict, stage: str | None,
@@ -66,7 +69,7 @@ def cancelled_row(target: str, variant: str, required: bool, block: dict, stage:
     from edgeport.core.progress import duration
     from edgeport.pipeline.row import Row
 
-    where = f"it was in '{stage}'" if stage else "it had not started"
+    where = "it had just started" if stage == "start" else f"it was in '{stage}'" if stage else "it had not started"
     spent = f" after {duration(seconds)} on it" if seconds else ""
     error = (f"{CANCELLED_PREFIX}the run was stopped by {block['signal']} at +{duration(block['after_seconds'])}; "
              f"{where}{spent}")
@@ -81,18 +84,16 @@ def stage_of(last: str | None, target: str, variant: str) -> str | None:
     return last[len(prefix):].lstrip(" :") or "start"
 
 
-def settle(the_plan, watch: Watch, block: dict) -> list[dict]:
+def settle(the_plan, watch: Watch, block: dict, skipped: list[dict]) -> list[dict]:
     """Every row of the plan for a stopped in-process run, in plan order: finished ones as they are, the
-    rest cancelled."""
+    rest cancelled; then the rows the plan skipped (``skipped``), as always."""
     from edgeport.config import is_required
 
     done = {(r["target"], r["variant"]): r for r in watch.done}
-    rows = []
-    for target, variant in [*the_plan.rows, *[(t, v) for t, v, _why in the_plan.skipped]]:
-        rows.append(done.get((target.name, variant)) or cancelled_row(
+    rows = [done.get((target.name, variant)) or cancelled_row(
             target.name, variant, is_required(target.name, variant, the_plan.config), block,
-            stage_of(watch.last, target.name, variant)))
-    return rows
+            stage_of(watch.last, target.name, variant)) for target, variant in the_plan.rows]
+    return rows + skipped
 
 
 def prune(staging: Path, rows: list[dict]) -> None:

@@ -113,10 +113,13 @@ def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True)
 
 
 def files_bytes(row: dict) -> int | None:
-    """Bytes of every file a row lists: what ``size_bytes`` means now, computed for a baseline written when
-    it counted the artifact's main file only (a TPU row's model.jax_export without its weights)."""
+    """Bytes of every file a row lists, for a baseline written when ``size_bytes`` counted the artifact's
+    main file only (a TPU row's model.jax_export without its weights): then its size_bytes is that file's
+    own entry. None when the row's size_bytes already means every file (or there is no list)."""
     files = [f for f in row.get("files") or [] if isinstance(f, dict) and isinstance(f.get("size_bytes"), int)]
-    return sum(f["size_bytes"] for f in files) or None
+    main = next((f["size_bytes"] for f in files if f.get("path") == row.get("artifact")), None)
+    total = sum(f["size_bytes"] for f in files)
+    return total if main is not None and row.get("size_bytes") == main and total > main else None
 
 
 def _budget_loosened(row: dict, old: dict) -> list[str]:
