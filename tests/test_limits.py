@@ -167,3 +167,50 @@ def test_a_bad_limit_is_bad_input(flags):
         requested(*flags, {})
     with pytest.raises(UsageError):
         requested(None, None, {"limits": {"row_timout": "5m"}})
+
+
+def test_validate_stopped_by_sigterm_keeps_the_rows_it_judged(tmp_path, monkeypatch):
+    from conftest import convert_in_process
+
+    from edgeport import api
+    from edgeport.pipeline import validate as validate_module
+
+    out = tmp_path / "out"
+    assert convert_in_process(f"{MODELS}:mlp", out, ["onnx"], quantize=["int8"], latency=False, samples=2,
+                              cache=False).exit_code == 0
+    real, calls = validate_module.rejudge, []
+
+    def rejudge(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Terminated(signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(validate_module, "rejudge", rejudge)
+    result = api.validate(out, api.JudgeOptions(latency=False, samples=2))
+    assert result.exit_code == 143
+    report = read_report(out)
+    assert report["incomplete"] is True and report["stopped"]["finished_rows"] == 1
+    rows = {r["variant"]: r for r in report["targets"]}
+    assert rows["fp32"]["status"] == "ok" and rows["int8"]["cancelled"] is True and rows["int8"]["parity"] is None
+
+
+def test_a_stopped_fleet_publishes_models_with_finished_rows_and_drops_the_rest(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from edgeport.fleet import run as fleet_run
+
+    published = []
+    monkeypatch.setattr(fleet_run, "finish_model", lambda run, meta, marks: published.append((run, marks)) or {"ok": 1})
+    spec = lambda variant: {"target": "onnx", "variant": variant}  # noqa: E731
+    plan = SimpleNamespace(rows=[("onnx", "fp32"), ("onnx", "int8")])
+    half = fleet_run.ModelRun(SimpleNamespace(name="a", plan=plan), tmp_path / ".a.staging", meta={"ok": True},
+                              specs=[spec("fp32"), spec("int8")], results={0: {"target": "onnx", "status": "ok"}})
+    none = fleet_run.ModelRun(SimpleNamespace(name="b", plan=plan), tmp_path / ".b.staging", meta=None)
+    none.staging.mkdir()
+    block = fleet_run.stop_models([half, none], Terminated(signal.SIGTERM), 12.0)
+    assert block["signal"] == "SIGTERM" and block["exit_code"] == 143
+    [(run, marks)] = published
+    assert run is half and marks["incomplete"] and marks["stopped"]["finished_rows"] == 1
+    assert half.results[1]["cancelled"] and "stopped by SIGTERM" in half.results[1]["stopped"]
+    assert not none.staging.exists() and "before any of its rows finished" in none.error
