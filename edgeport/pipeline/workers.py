@@ -155,11 +155,13 @@ def run_all(specs: list[dict], jobs: int, on_event: Callable[[int, str, object],
     queue, running = deque(range(len(specs))), {}
     try:
         while queue or running:
-            while queue and sum(1 for w in running.values() if not w.waiting) < jobs:
+            # at -j 1 a worker waiting to time its artifact keeps its slot: one worker (one copy of the
+            # program) at a time, as the pre-flight estimate assumes; with more, conversions overlap
+            while queue and sum(1 for w in running.values() if not w.waiting or jobs == 1) < jobs:
                 i = queue.popleft()
                 running[i] = _start(ctx, i, specs[i], gate)
                 on_event(i, "start", None)
-            _grant(running, queue)
+            _grant(running, queue if jobs > 1 else ())
             _poll(running, results, on_event)
             _watch(running, results, on_event, time.monotonic())
     finally:  # interrupted (Ctrl-C, SIGTERM): no worker, nor what it started, outlives the run
