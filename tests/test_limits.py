@@ -214,3 +214,12 @@ def test_a_stopped_fleet_publishes_models_with_finished_rows_and_drops_the_rest(
     assert run is half and marks["incomplete"] and marks["stopped"]["finished_rows"] == 1
     assert half.results[1]["cancelled"] and "stopped by SIGTERM" in half.results[1]["stopped"]
     assert not none.staging.exists() and "before any of its rows finished" in none.error
+
+
+def test_the_preflight_estimate_counts_a_row_worker_beside_the_driver():
+    from edgeport.core import memory
+    from edgeport.targets.registry import get_target
+
+    rows, weights = [(get_target("onnx"), "fp32")], 10**9
+    alone, isolated = memory.estimate(weights, rows), memory.estimate(weights, rows, workers=True)
+    assert isolated.memory == alone.memory + weights + memory.BASE_BYTES and "row worker" in isolated.by

@@ -81,16 +81,19 @@ def artifact_share(variant: str) -> float:
     return next((share for tag, share in ARTIFACT_SHARE if tag in variant), 1.0)
 
 
-def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generative: bool = False) -> Estimate:
+def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generative: bool = False,
+             workers: bool = False) -> Estimate:
     """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``;
     ``programs``: how many saved programs each hold every weight (``exported.pt2``; a text-generation
     model saves one per signature: prefill per length, decode). ``generative``: the targets' text-generation
     factors (their rows hold far more beside the model than a forward row: 4-6x the weights at 0.6B), and the
-    disk a judge's runtime writes while it runs (``generation_judge_disk_factor``)."""
+    disk a judge's runtime writes while it runs (``generation_judge_disk_factor``). ``workers``: rows run in
+    worker processes even at ``jobs`` 1 (per-row limits), each holding its own copy beside the driver's."""
     factors = sorted(((_factor(t, generative, v), t.name) for t, v in rows), reverse=True) or [(1.0, "load")]
-    if jobs > 1:   # the main process keeps its program; each worker loads one and converts
+    if jobs > 1 or workers:   # the main process keeps its program; each worker loads one and converts
         top = factors[:jobs]
-        factor, by = 1.0 + sum(f for f, _n in top), f"-j {jobs}"
+        factor = 1.0 + sum(f for f, _n in top)
+        by = f"-j {jobs}" if jobs > 1 else "a row worker beside the driver; --row-timeout none --row-memory none runs rows in-process"
         base = BASE_BYTES * (1 + len(top))
     else:
         (factor, by), base = factors[0], BASE_BYTES

@@ -34,13 +34,12 @@ class Result:
 def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     from edgeport.core.scratch import run_scratch
     from edgeport.pipeline.outdir import publish, staging_dir
+    from edgeport.pipeline import stop
     from edgeport.pipeline.plan import plan
 
     progress = progress or (lambda _msg: None)
     the_plan = plan(opts)
     staging = staging_dir(opts.output.out)
-    from edgeport.pipeline import stop
-
     try:
         with redirected(staging / RUN_LOG), run_scratch(staging):  # scratch: removed before publishing
             report = convert_into(staging, opts, the_plan, progress)
@@ -61,7 +60,8 @@ def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progre
 
     task, watch = the_plan.task, Watch(progress)
     jobs = row_jobs(opts, the_plan) if task.parallel else 1
-    isolated = jobs > 1 or (task.parallel and the_plan.limits.any_active() and row_jobs(opts, the_plan, 0) > 0)
+    isolated = jobs > 1 or (task.parallel and the_plan.limits.any_active() and row_jobs(opts, the_plan, 0) > 0
+                            and not opts.source.decompositions)   # a worker cannot load a program's custom ops
     if isolated:
         from edgeport.pipeline.workers import prewarm
 
@@ -293,7 +293,7 @@ def check_fits(weight_bytes: int, opts: ConvertOptions, the_plan, workers: bool,
     from edgeport.core import memory
 
     est = memory.estimate(weight_bytes, the_plan.rows, row_jobs(opts, the_plan) if workers else 1, programs,
-                          generative)
+                          generative, workers)
     memory.check(est, opts.output.out, opts.max_memory)
 
 
