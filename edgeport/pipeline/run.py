@@ -234,7 +234,7 @@ def run_rows_parallel(session, the_plan, staging: Path, watch, opts: ConvertOpti
     specs = task.task_specs(shared, the_plan, plans, work, staging / RUN_LOG, program_weight_bytes(session.program))
     results, stages = [None] * len(specs), {}
     try:
-        workers.run_all(specs, jobs, row_events(specs, watch), gate=session.judge.latency or session.judge.threads == "auto",
+        workers.run_all(specs, jobs, row_events(specs, watch, jobs), gate=session.judge.latency or session.judge.threads == "auto",
                         results=results, stages=stages)
         return task.collect(staging, the_plan.rows, plans, specs, results, session.cache) + skipped_rows(the_plan)
     except Terminated as exc:
@@ -245,8 +245,9 @@ def run_rows_parallel(session, the_plan, staging: Path, watch, opts: ConvertOpti
         (staging / task.INPUTS_FILE).unlink(missing_ok=True)
 
 
-def row_events(specs: list[dict], watch):
-    """The workers' events as progress lines: a row's steps, and one verdict line per finished task."""
+def row_events(specs: list[dict], watch, jobs: int):
+    """The workers' events as progress lines: a row's steps, and one verdict line per finished task. A row's
+    start reads as in-process rows' (its name) at -j 1, and says ``converting`` beside others."""
     from edgeport.pipeline.stop import verdict_line
 
     def on_event(i: int, kind: str, payload) -> None:
@@ -255,7 +256,7 @@ def row_events(specs: list[dict], watch):
             return
         name = f"{specs[i]['target']} {specs[i]['variant']}" + (f" (piece {specs[i]['piece']})" if "piece" in specs[i] else "")
         if kind == "start":
-            watch.progress(f"{name}: converting")
+            watch.progress(f"{name}: converting" if jobs > 1 else name)
         elif isinstance(payload, dict) and ("status" in payload or "stopped" in payload) and "piece" not in specs[i]:
             row = payload if "status" in payload else {"status": "failed", "error": payload["stopped"]}
             watch.finished({**row, "target": specs[i]["target"], "variant": specs[i]["variant"]})
