@@ -176,8 +176,7 @@ def test_validate_stopped_by_sigterm_keeps_the_rows_it_judged(tmp_path, monkeypa
     from edgeport.pipeline import validate as validate_module
 
     out = tmp_path / "out"
-    assert convert_in_process(f"{MODELS}:mlp", out, ["onnx"], quantize=["int8"], latency=False, samples=2,
-                              cache=False).exit_code == 0
+    assert convert_in_process(f"{MODELS}:mlp", out, ["onnx"], quantize=["int8"], latency=False, samples=2).exit_code == 0
     real, calls = validate_module.rejudge, []
 
     def rejudge(*args, **kwargs):
