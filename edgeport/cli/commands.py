@@ -67,7 +67,7 @@ def convert(
         data=data, latency=not no_latency, config=config, budgets=budget, baseline=baseline, localize=localize, targets=target, quantize=quantize,
         calibration_data=calibration_data, target_options=target_options, task=task, prefill_lens=prefill_len,
         cache_len=cache_len, gen_tokens=gen_tokens, fallback=fallback, fallback_max=fallback_max, cache=cache, reuse_verdict=reuse_verdict,
-        jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None, row_timeout=row_timeout, row_memory=row_memory)
+        jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None, row_timeout=row_timeout or "auto", row_memory=row_memory or "auto")
     finish(with_progress(lambda progress: api.convert(opts, progress)))
 
 

@@ -71,18 +71,28 @@ def parse_bytes(text, what: str) -> int:
     return 0 if value in OFF else parse_size(str(text), what)
 
 
+AUTO = "auto"   # the CLI's value when no flag is given: the config's limit, else the estimate's default
+
+
 def requested(row_timeout: str | None, row_memory: str | None, config: dict) -> Requested:
-    """The flags, else edgeport.toml's ``[limits] row_timeout / row_memory``, else the defaults; bad values
-    are exit 2 before any work."""
+    """The flags, else edgeport.toml's ``[limits] row_timeout / row_memory``, else the defaults (``auto``:
+    the CLI's default) or none (``None``: a library caller's default, whose rows stay in its own process
+    where it may have patched or registered things); bad values are exit 2 before any work."""
     table = config.get("limits", {})
     if not isinstance(table, dict) or set(table) - {"row_timeout", "row_memory"}:
         raise UsageError(f"[limits] in the config takes row_timeout and row_memory, got {table!r}")
-    seconds = parse_seconds(row_timeout, "--row-timeout") if row_timeout is not None else \
-        parse_seconds(table["row_timeout"], "[limits] row_timeout") if "row_timeout" in table else None
-    memory = parse_bytes(row_memory, "--row-memory") if row_memory is not None else \
-        parse_bytes(table["row_memory"], "[limits] row_memory") if "row_memory" in table else None
-    where = "flag" if row_timeout is not None or row_memory is not None else "config" if table else "default"
-    return Requested(seconds, memory, where)
+    seconds = _pick(row_timeout, table, "row_timeout", lambda v, w: parse_seconds(v, w))
+    memory = _pick(row_memory, table, "row_memory", lambda v, w: parse_bytes(v, w))
+    given = {row_timeout, row_memory} - {None, AUTO}
+    return Requested(seconds, memory, "flag" if given else "config" if table else "default")
+
+
+def _pick(flag, table: dict, key: str, parse):
+    if flag not in (None, AUTO):
+        return parse(flag, f"--{key.replace('_', '-')}")
+    if key in table:
+        return parse(table[key], f"[limits] {key}")
+    return None if flag == AUTO else 0
 
 
 def row_limits(asked: Requested, target, variant: str, weight_bytes: int) -> dict:
