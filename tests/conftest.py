@@ -89,8 +89,8 @@ def _prewarmed(env: dict, args: list[str]):
 
 
 def convert_in_process(model: str, out: Path, targets, cache: Path | None = None, **options):
-    """``edgeport convert`` through the library API in this process (rows in-process too, as the CLI runs them
-    on two cores), for fixtures and tests that judge what a conversion wrote (report, manifest, files, cache)
+    """``edgeport convert`` through the library API in this process (rows in-process too: no row limits, so no
+    worker process per row; tests/test_limits.py covers the workers), for fixtures and tests that judge what a conversion wrote (report, manifest, files, cache)
     rather than the command around it: a subprocess spends seconds importing torch and the converters
     again before any work (exit codes, stderr and terminal output are tested through ``run_cli``).
     ``cache``: the conversion cache to use instead of the test's own."""
@@ -100,7 +100,8 @@ def convert_in_process(model: str, out: Path, targets, cache: Path | None = None
     if cache is not None:
         os.environ["EDGEPORT_CACHE"] = str(cache)
     try:
-        opts = api.convert_options(model=str(model), out=Path(out), targets=list(targets), **{"jobs": 1, **options})
+        opts = api.convert_options(model=str(model), out=Path(out), targets=list(targets),
+                                   **{"jobs": 1, "row_timeout": "none", "row_memory": "none", **options})
         return api.convert(opts)
     finally:
         if saved is None:

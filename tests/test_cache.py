@@ -170,7 +170,7 @@ def test_library_version_change_misses(tmp_path, monkeypatch):
     from edgeport.pipeline import reuse
 
     opts = lambda out: api.convert_options(model=f"{MODELS}:mlp", out=tmp_path / out, targets=["onnx"],  # noqa: E731
-                                           latency=False, samples=2, jobs=1)
+                                           latency=False, samples=2, jobs=1, row_timeout="none", row_memory="none")
     assert api.convert(opts("a")).report["targets"][0]["cache"] == "miss"
     assert api.convert(opts("b")).report["targets"][0]["cache"] == "hit"
     real = reuse.library_versions

@@ -230,7 +230,7 @@ def test_generation_rows_are_all_built_before_the_programs_go_and_the_judges_loa
     task = Task("text-generation", prepare=None, build=build, judge=judge, manifest=None, owns_directory=None,
                 reference_from=None, rejudge=None, release_after_builds=lambda s, rows: events.append(("release", len(rows))))
     plan = SimpleNamespace(task=task, rows=[(get_target("onnx"), "fp32"), (get_target("litert"), "fp32")],
-                           skipped=[], config={}, budget_flags=[])
+                           skipped=[], not_offered=[], config={}, budget_flags=[])
     session = SimpleNamespace(progress=None, judge=SimpleNamespace(latency=False))
     rows = run_rows(session, plan, tmp_path, lambda _step: None)
     assert events == [("build", "onnx"), ("build", "litert"), ("release", 2), ("judge", "onnx"), ("judge", "litert")]

@@ -205,6 +205,8 @@ def test_litert_int8_keeps_slow_convs_float_and_quantizes_the_lstm(tmp_path):
     for variant in ("int8", "dynamic-int8"):
         q = rows[variant]["quantization"]
         assert [f["name"] for f in q["float_on_purpose"]] == ["front"] and "1 input channel" in q["float_on_purpose"][0]["reason"]
+        # the float-layer list agrees with the notes: the conv kept float on purpose is one of the float layers
+        assert [(f["name"], f["why"]) for f in q["float_layers"]] == [("front", q["float_on_purpose"][0]["reason"])]
         convs = [op for op in q["float_ops"] if "CONV" in op]  # LiteRT lowers a 1-channel conv as DEPTHWISE_CONV_2D
         assert len(convs) == 1 and q["float_ops"][convs[0]]["count"] == 1, q  # the front conv, read from the artifact
         assert "FULLY_CONNECTED" not in q["float_ops"], q              # the unrolled LSTM's FCs are int8 weights

@@ -131,7 +131,8 @@ def test_long_work_shows_each_targets_steps_with_elapsed_time_in_a_ci_log(tmp_pa
     assert steps.get("litert", [])[:2] == ["litert_torch conversion", "serialization"], steps
     assert steps.get("tpu", [])[:3] == ["lowering (torchax)", "jax.export serialization", "compile v5e:1x1"], steps
     for target in ("onnx", "litert", "tpu"):
-        assert steps[target][-1].startswith("judge"), steps[target]
+        assert steps[target][-2].startswith("judge"), steps[target]
+        assert steps[target][-1].startswith("ok (cosine_min"), steps[target]   # the row's verdict line, as it finished
     assert len(result.stdout.splitlines()) < 60                              # one line per step, not per percent
 
 

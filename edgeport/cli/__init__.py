@@ -26,7 +26,8 @@ def main() -> None:
     except UsageError as exc:  # raised outside a command's own handling
         print(usage_line(str(exc)), file=sys.stderr)
         code = 2
-    except Terminated as exc:
+    except Terminated as exc:   # a run with finished rows published them (incomplete) and returned instead
+        print("edgeport: stopped by a signal before any row finished; nothing written to the output", file=sys.stderr)
         code = exc.exit_code
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else _message(exc.code))

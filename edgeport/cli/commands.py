@@ -59,6 +59,8 @@ def convert(
     reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)"),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="memory the conversion may use, e.g. 8G (default: what is available); a model whose estimated peak exceeds it is refused before work"),
+    row_timeout: Optional[str] = typer.Option(None, "--row-timeout", help="stop a row (convert + judge) running longer, e.g. 20m, 90s, none (default: from the model's size; [limits] row_timeout in edgeport.toml)"),
+    row_memory: Optional[str] = typer.Option(None, "--row-memory", help="stop a row whose processes use more memory, e.g. 6G, none (default: from the pre-flight estimate; [limits] row_memory)"),
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""
@@ -72,7 +74,8 @@ def convert(
         baseline=baseline, localize=localize, targets=target, quantize=quantize, calibration_data=calibration_data,
         target_options=target_options, task=task, prefill_lens=prefill_len, cache_len=cache_len, gen_tokens=gen_tokens,
         eval_text=eval_text, eval_tokens=eval_tokens, checks=checks, fallback=fallback, fallback_max=fallback_max,
-        cache=cache, reuse_verdict=reuse_verdict, jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None)
+        cache=cache, reuse_verdict=reuse_verdict, jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None,
+        row_timeout=row_timeout or "auto", row_memory=row_memory or "auto")
     finish(with_progress(lambda progress: api.convert(opts, progress)))
 
 

@@ -49,4 +49,7 @@ def print_fleet(report: dict, out: Path) -> None:
     for m in report["models"]:
         if m.get("error"):
             typer.echo(printable(f"{m['name']}: {m['error']}"))
+    if report.get("incomplete"):
+        typer.echo(f"INCOMPLETE: stopped by {report['stopped']['signal']}; models with finished rows are published, "
+                   "the rest of their rows cancelled")
     typer.echo(f"{'PASSED' if report['passed'] else 'FAILED'} — report: {out / 'fleet.md'}")

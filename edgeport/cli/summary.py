@@ -32,6 +32,10 @@ def print_summary(report: dict, out: Path) -> None:
 
     for text in audit_lines(report):
         typer.echo(printable(text))
+    if report.get("incomplete"):
+        from edgeport.validate.render import incomplete_line
+
+        typer.echo(printable(incomplete_line(report)))
     typer.echo(f"{'PASSED' if report['passed'] else 'FAILED'} — report: {out / 'report.md'}")
 
 

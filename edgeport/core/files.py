@@ -39,10 +39,12 @@ def describe_files(root: Path, paths: Iterable[Path]) -> list[dict]:
 
 
 def digested(converted, root: Path) -> tuple[list[dict], int, str]:
-    """(file entries, artifact bytes, artifact sha256) of a :class:`~edgeport.targets.base.Converted` written
-    under ``root``: what a row records, every file read once."""
+    """(file entries, bytes of every file, artifact sha256) of a :class:`~edgeport.targets.base.Converted`
+    written under ``root``: what a row records, every file read once. The size covers every file a user
+    ships (a TPU artifact's weights.safetensors and executables, ONNX's external data), not the main file."""
     entries = describe_files(root, converted.all_files())
-    return (entries, *artifact_digest(root, converted.artifact, entries))
+    _size, sha = artifact_digest(root, converted.artifact, entries)
+    return entries, sum(e["size_bytes"] for e in entries), sha
 
 
 def artifact_digest(root: Path, artifact: Path, entries: list[dict]) -> tuple[int, str]:

@@ -85,24 +85,26 @@ def artifact_share(variant: str) -> float:
 
 
 def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generative: bool = False,
-             intermediate_bytes: int = 0) -> Estimate:
+             intermediate_bytes: int = 0, workers: bool = False) -> Estimate:
     """Peak memory and disk of converting ``rows`` ((target, variant) pairs) of a model of ``weight_bytes``;
     ``programs``: how many saved programs each hold every weight (``exported.pt2``; a text-generation
     model saves one per signature: prefill per length, decode). ``generative``: the targets' text-generation
     factors (their rows hold far more beside the model than a forward row: 4-6x the weights at 0.6B), and the
     disk a judge's runtime writes while it runs (``generation_judge_disk_factor``). ``intermediate_bytes``: a
     loaded program's largest intermediate (:func:`program_intermediate_bytes`), held by the reference run
-    and by each process running a row at once."""
+    and by each process running a row at once. ``workers``: rows run in
+    worker processes even at ``jobs`` 1 (per-row limits), each holding its own copy beside the driver's."""
     factors = sorted(((_factor(t, generative, v), t.name) for t, v in rows), reverse=True) or [(1.0, "load")]
-    if jobs > 1:   # the main process keeps its program; each worker loads one and converts
+    if jobs > 1 or workers:   # the main process keeps its program; each worker loads one and converts
         top = factors[:jobs]
-        factor, by = 1.0 + sum(f for f, _n in top), f"-j {jobs}"
+        factor = 1.0 + sum(f for f, _n in top)
+        by = f"-j {jobs}" if jobs > 1 else "a row worker beside the driver; --row-timeout none --row-memory none runs rows in-process"
         base = BASE_BYTES * (1 + len(top))
     else:
         (factor, by), base = factors[0], BASE_BYTES
     judging = max((t.measured.generation_judge_disk_factor * artifact_share(v) for t, v in rows if generative), default=0.0)
     disk = weight_bytes * (programs + sum(t.measured.disk_factor * artifact_share(v) for t, v in rows) + judging)  # + exported
-    held = intermediate_bytes * (1 + (jobs if jobs > 1 else 0))
+    held = intermediate_bytes * (1 + (max(jobs, 1) if jobs > 1 or workers else 0))
     return Estimate(weight_bytes, int(base + weight_bytes * factor + held), int(disk), round(factor, 2), by, held)
 
 

@@ -55,11 +55,14 @@ def run_fleet_file(path: Path, out: Path, ray_address: str | None = None, force:
         if created:
             shutil.rmtree(out, ignore_errors=True)
         raise
+    stopped = info.pop("stopped", None)
     data = fleet_report.build(runs, info, Path(path))
+    if stopped:   # SIGTERM: the models that finished (or finished some rows) are published
+        data.update(incomplete=True, stopped=stopped, passed=False)
     fleet_report.write(out, data)
     drop_stale_models(out, {m.name for m in fleet.models})
     write_marker(out)
-    return FleetResult(data, out, 0 if data["passed"] else 1)
+    return FleetResult(data, out, stopped["exit_code"] if stopped else 0 if data["passed"] else 1)
 
 
 def drop_stale_models(out: Path, names: set[str]) -> None:

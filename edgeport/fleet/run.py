@@ -5,7 +5,9 @@ finishes, one task per (target, variant) row of that model, all sharing that exp
 CPUs and memory and are retried when their worker dies (``max_retries``; a Python exception is a result,
 not retried). The driver (this process) only schedules, merges each model's rows into its staging
 directory in plan order and publishes it, exactly as ``edgeport convert`` lays out its --out.
-A model that fails to load or export gets a report of failed rows; the other models go on.
+A model that fails to load or export gets a report of failed rows; the other models go on. Stopped by
+SIGTERM, a model with finished rows is published with the others cancelled, marked incomplete
+(:func:`stop_models`), and fleet.json says the fleet is incomplete.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from edgeport.diagnostics import first_line
+from edgeport.errors import Terminated
 from edgeport.pipeline.validate import LATENCY_NOTE  # noqa: F401  (added to fleet rows; validate strips it)
 
 
@@ -156,7 +159,35 @@ class Scheduler:
             run.error = f"could not write the report: {first_line(exc)}"
 
 
-def finish_model(run: ModelRun, meta: dict) -> dict:
+def stop_models(runs: list[ModelRun], exc, seconds: float) -> dict:
+    """A stopped fleet: each unpublished model with at least one finished row is published, its other rows
+    cancelled and its report incomplete; a model without one is dropped (its staging removed), saying so.
+    Returns fleet.json's ``stopped`` block."""
+    import shutil
+    import signal
+
+    from edgeport.pipeline.stop import cancelled_row
+
+    block = {"signal": signal.Signals(exc.exit_code - 128).name, "exit_code": exc.exit_code, "after_seconds": round(seconds, 1)}
+    for run in (r for r in runs if r.report is None and r.error is None):
+        finished = [i for i, r in run.results.items() if isinstance(r, dict) and "target" in r]
+        if not (run.meta and run.meta.get("ok") and finished):
+            shutil.rmtree(run.staging, ignore_errors=True)
+            run.error = f"stopped by {block['signal']} before any of its rows finished"
+            continue
+        for i, spec in enumerate(run.specs):
+            if i not in run.results:
+                run.results[i] = {"stopped": cancelled_row(spec["target"], spec["variant"], True, block, None)["error"],
+                                  "cancelled": True}
+        marks = {"incomplete": True, "stopped": {**block, "rows": len(run.model.plan.rows), "finished_rows": len(finished)}}
+        try:
+            run.report = finish_model(run, run.meta, marks)
+        except Exception as exc:  # our bug: this model fails, the others are still published
+            run.error = f"could not write the report: {first_line(exc)}"
+    return block
+
+
+def finish_model(run: ModelRun, meta: dict, marks: dict | None = None) -> dict:
     import shutil
 
     from edgeport.core.program import Signature, TensorInfo
@@ -178,7 +209,7 @@ def finish_model(run: ModelRun, meta: dict) -> dict:
         prepared = Prepared(SimpleNamespace(reference_latency=meta["reference_latency"], data=meta["data"]),
                             Signature(tuple(map(info, signature["inputs"])), tuple(map(info, signature["outputs"]))),
                             dict(meta["program"]), dict(meta["timings"]))
-        report = finish(staging, model.opts, model.plan, rows, prepared)
+        report = finish(staging, model.opts, model.plan, rows, prepared, marks)
     publish(staging, model.opts.output.out)
     return report
 
@@ -217,7 +248,11 @@ def run_fleet(fleet, out: Path, ray_address: str | None, view) -> tuple[list[Mod
         check_feasible(ray, fleet)
         info = {"address": ray_address or "local", **cluster_info(ray)}
         cache_root = None if ray_address else str(Cache().root)
-        runs = Scheduler(ray, fleet, out, view, ship=ray_address is not None, cache_root=cache_root).run()
+        scheduler = Scheduler(ray, fleet, out, view, ship=ray_address is not None, cache_root=cache_root)
+        try:
+            runs = scheduler.run()
+        except Terminated as exc:   # publish what finished; fleet.json says the fleet is incomplete
+            runs, info["stopped"] = scheduler.runs, stop_models(scheduler.runs, exc, time.perf_counter() - start)
     info["seconds"] = round(time.perf_counter() - start, 3)
     return runs, info
 

@@ -51,7 +51,9 @@ class ConvertOptions:
     cache: bool = True                 # reuse/store conversions in edgeport's cache (edgeport.cache)
     reuse_verdict: bool = False        # a cache hit keeps its stored parity/latency instead of measuring again
     max_memory: int | None = None      # bytes the run may use (None: what is available); the pre-flight check
-    jobs: int | None = None            # rows run in this many worker processes (None: one per 2 cores; 1: in-process)
+    jobs: int | None = None            # rows run in this many worker processes (None: one per 2 cores)
+    row_timeout: str | float | None = None   # per-row time limit: "20m", seconds, "none", "auto" (the
+    row_memory: str | int | None = None      # estimate's default, the CLI's); None: [limits] or no limit
 
 
 PARTS = {"source": SourceOptions, "judge": JudgeOptions, "output": OutputOptions, "generation": GenerationOptions}

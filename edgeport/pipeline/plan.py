@@ -34,10 +34,13 @@ class Plan:
     fallback: FallbackPolicy = field(default_factory=FallbackPolicy)   # --fallback / --fallback-max
     task: object = None                # edgeport.pipeline.tasks.Task: forward or text-generation
     skipped: list = field(default_factory=list)   # (Target, variant, why): requested rows the task cannot build
+    not_offered: list = field(default_factory=list)   # (Target, variant, why): a -q variant a target lacks (optional)
+    limits: object = None              # edgeport.pipeline.limits.Requested: --row-timeout / --row-memory / [limits]
 
 
 def plan(opts: ConvertOptions) -> Plan:
     from edgeport.config import budget_for, load_config, parse_budget_flags
+    from edgeport.pipeline.limits import requested
     from edgeport.pipeline.outdir import check_junit, check_output_dir, input_paths
 
     from edgeport.pipeline.tasks import get_task
@@ -55,17 +58,20 @@ def plan(opts: ConvertOptions) -> Plan:
     check_run(opts)
     rows = generation.rows if generation else \
         [(t, v) for t in targets for v in dict.fromkeys([t.default_variant, *opts.quantize]) if v in t.variants]
+    not_offered = [] if generation else not_offered_rows(targets, opts.quantize)
     fallback = check_fallback(opts, rows, generative=generation is not None)
     check_output_dir(opts.output.out, opts.output.force,
                      input_paths(opts.source.model, opts.judge.data, opts.calibration_data, opts.judge.config,
                                  opts.judge.baseline, opts.source.decompositions))
     check_junit(opts.output.junit)
     config, flags = load_config(opts.judge.config), parse_budget_flags(opts.judge.budgets)
+    limits = requested(opts.row_timeout, opts.row_memory, config)
     for target, variant in rows:  # a budget that gates nothing is exit 2 before any work
         budget_for(target.name, variant, config, flags, generative=generation is not None)
     return Plan(rows, config, flags, read_baseline(opts.judge.baseline, config),
                 load_user_decompositions(opts.source.decompositions), generation, fallback,
-                get_task("text-generation" if generation else "forward"), generation.skipped if generation else [])
+                get_task("text-generation" if generation else "forward"), generation.skipped if generation else [],
+                not_offered, limits)
 
 
 def requested_targets(names) -> list:
@@ -84,6 +90,13 @@ def check_variants(quantize, targets: list) -> None:
         if not any(q in t.variants for t in targets):
             known = sorted({v for t in targets for v in t.variants})
             raise UsageError(f"--quantize {q!r} is not offered by {', '.join(t.name for t in targets)}; known: {', '.join(known)}")
+
+
+def not_offered_rows(targets: list, quantize) -> list[tuple[object, str, str]]:
+    """A ``-q`` variant some requested target does not offer is a skipped row of that target saying so
+    (optional: not offering it is no failure), not a silent gap in the report."""
+    return [(t, q, f"{t.name} does not offer {q}; its variants: {', '.join(t.variants)}")
+            for t in targets for q in dict.fromkeys(quantize) if q not in t.variants]
 
 
 def check_fallback(opts: ConvertOptions, rows: list, generative: bool = False) -> FallbackPolicy:

@@ -177,7 +177,7 @@ def judge_artifact(target, artifact: Path, session: Session, budget: dict) -> Ve
     parity["sample_origin"] = session.sample_origin
     latency = measure(lambda: runner.run(session.samples[0]), runner.threads) if session.judge.latency else None
     details.update(runner.details())
-    causes = runner.speed_causes(details)
+    causes = runner.speed_causes({**details, "latency_ms": latency})   # what costs time, when it was timed
     details.update({"speed_causes": causes} if causes else {})
     error = None if parity["passed"] else f"parity: {parity['message']}"
     return Verdict("ok" if parity["passed"] else "failed", error, parity, latency, runner.io(), details,

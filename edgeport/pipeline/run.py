@@ -15,7 +15,7 @@ from typing import Callable
 from pathlib import Path
 
 from edgeport import __version__
-from edgeport.errors import ExportFailed
+from edgeport.errors import ExportFailed, Terminated
 from edgeport.core.proc import redirected, timed
 from edgeport.pipeline.options import ConvertOptions
 from edgeport.pipeline.report import assemble
@@ -35,6 +35,7 @@ class Result:
 def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     from edgeport.core.scratch import run_scratch
     from edgeport.pipeline.outdir import publish, staging_dir
+    from edgeport.pipeline import stop
     from edgeport.pipeline.plan import plan
 
     progress = progress or (lambda _msg: None)
@@ -44,13 +45,14 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
         with redirected(staging / RUN_LOG), run_scratch(staging):  # scratch: removed before publishing
             opts = from_gguf(opts, progress)
             report = convert_into(staging, opts, the_plan, progress)
-        publish(staging, opts.output.out)
+        with stop.held():
+            publish(staging, opts.output.out)
     except BaseException:
         import shutil
 
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return Result(report, opts.output.out, 0 if report["passed"] else 1)
+    return Result(report, opts.output.out, stop.exit_code(report))
 
 
 def from_gguf(opts: ConvertOptions, progress: Progress) -> ConvertOptions:
@@ -61,23 +63,46 @@ def from_gguf(opts: ConvertOptions, progress: Progress) -> ConvertOptions:
 
 
 def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progress) -> dict:
-    """The plan's task: prepare (load, export, reference) -> rows -> report and manifest."""
-    task = the_plan.task
+    """The plan's task: prepare (load, export, reference) -> rows -> report and manifest. Stopped by
+    SIGTERM, what had finished is written, marked incomplete (:mod:`edgeport.pipeline.stop`)."""
+    from edgeport.pipeline.stop import Watch
+
+    task, watch = the_plan.task, Watch(progress)
     jobs = row_jobs(opts, the_plan) if task.parallel else 1
-    if jobs > 1:
+    isolated = jobs > 1 or (task.parallel and the_plan.limits.any_active() and row_jobs(opts, the_plan, 0) > 0
+                            and not opts.source.decompositions)   # a worker cannot load a program's custom ops
+    if isolated:
         from edgeport.pipeline.workers import prewarm
 
         prewarm()  # the workers' imports overlap loading and exporting
     timings: dict[str, float] = {}
+    prepared = None
     try:
-        prepared = task.prepare(staging, opts, the_plan, progress, timings, workers=jobs > 1)
+        prepared = task.prepare(staging, opts, the_plan, watch.progress, timings, workers=isolated)
+        if isolated:
+            rows = run_rows_parallel(prepared.session, the_plan, staging, watch, opts, jobs)
+        else:
+            rows = run_rows(prepared.session, the_plan, staging, watch.progress, watch)
     except ExportFailed as exc:
         return write_failed(staging, opts, the_plan, str(exc), timings)
-    if jobs > 1:
-        rows = run_rows_parallel(prepared.session, the_plan, staging, progress, opts, jobs)
-    else:
-        rows = run_rows(prepared.session, the_plan, staging, progress)
+    except Terminated as exc:
+        from edgeport.pipeline.stop import held
+
+        if not watch.done:
+            raise   # nothing finished: nothing to publish (the staging directory goes, as before)
+        with held():   # a second SIGTERM does not cut the report short
+            return stopped(staging, opts, the_plan, prepared, watch, exc)
     return finish(staging, opts, the_plan, rows, prepared)
+
+
+def stopped(staging: Path, opts: ConvertOptions, the_plan, prepared, watch, exc: Terminated) -> dict:
+    """The report of a run SIGTERM stopped: finished rows as they are, the others cancelled; incomplete."""
+    from edgeport.pipeline import stop
+
+    block = stop.stopped_block(exc, watch, the_plan.rows)
+    rows = watch.final if watch.final is not None else stop.settle(the_plan, watch, block, skipped_rows(the_plan))
+    stop.prune(staging, rows)
+    return finish(staging, opts, the_plan, rows, prepared, {"incomplete": True, "stopped": block})
 
 
 def prepare(staging: Path, opts: ConvertOptions, the_plan, progress: Progress, timings: dict,
@@ -124,7 +149,9 @@ def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timi
     return write_outputs(staging, report, None, opts.output.junit)
 
 
-def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prepared: Prepared) -> dict:
+def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prepared: Prepared,
+           marks: dict | None = None) -> dict:
+    """report.json (``marks``: a stopped run's ``incomplete``/``stopped``), the renderings and the manifest."""
     from edgeport.validate.report import write_outputs
 
     task = the_plan.task
@@ -132,6 +159,7 @@ def finish(staging: Path, opts: ConvertOptions, the_plan, rows: list[dict], prep
     spec, program = (gguf["spec"], {**prepared.program, "gguf": gguf}) if gguf else (opts.source.model, prepared.program)
     report = assemble(spec, rows, prepared.session, task, prepared.timings, opts.judge.threads,
                       the_plan.baseline, program=dict(program), config=the_plan.config)
+    report = {**report, **marks, "passed": False} if marks else report
     return write_outputs(staging, report, task.manifest(spec, prepared, rows, staging), opts.output.junit)
 
 
@@ -149,42 +177,62 @@ def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, mo
                          reuse_verdict=opts.reuse_verdict)
 
 
-def row_jobs(opts: ConvertOptions, the_plan) -> int:
+def row_jobs(opts: ConvertOptions, the_plan, least: int = 1) -> int:
     """Worker processes for the rows: one per two cores (or ``--jobs``; see workers.default_jobs), never
-    more than there are rows to convert; 1 means in this process, one row after another."""
+    more than there are rows to convert (nor fewer than ``least``). At 1 the rows still run in a worker,
+    one after another, while a row limit applies (:mod:`edgeport.pipeline.limits`); with no limit, in
+    this process."""
     from edgeport.pipeline.workers import default_jobs
 
     installed = [t for t, _v in the_plan.rows if not t.missing_requirements()]
-    return max(1, min(opts.jobs or default_jobs(), len(installed)))
+    return max(least, min(opts.jobs or default_jobs(), len(installed)))
 
 
-def run_rows(session, the_plan, staging: Path, progress: Progress) -> list[dict]:
+def run_rows(session, the_plan, staging: Path, progress: Progress, watch=None) -> list[dict]:
     """Every row of the plan in this process, one after another; then the rows the task cannot build
     (e.g. a target without text-generation support), skipped with the reason. A task with
     ``release_after_builds`` builds every row first, lets go of what only building needed (a generative
-    model's programs: the weights once), then judges: the runtimes' own copies never sit beside them."""
+    model's programs: the weights once), then judges: the runtimes' own copies never sit beside them.
+    ``watch`` (:class:`edgeport.pipeline.stop.Watch`) hears each finished row."""
     from edgeport.config import is_required
     from edgeport.core.memory import collect
-    from edgeport.pipeline.row import Row, build_row, judge_row, run_row
+    from edgeport.pipeline.row import build_row, judge_row, run_row
+    from edgeport.pipeline.stop import Watch
 
     task, rows, built = the_plan.task, [], []
+    done = (watch or Watch(progress)).finished
     for target, variant in the_plan.rows:
         progress(f"{target.name} {variant}" + ("" if task.name == "forward" else f" ({task.name})"))
         args = (target, variant, session, staging, _budget(the_plan, target, variant),
                 is_required(target.name, variant, the_plan.config), task)
         if task.release_after_builds is None:
             rows.append(run_row(*args).to_json())
+            done(rows[-1])
         else:
             built.append((target, *build_row(*args)))
         collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
     if task.release_after_builds is not None:
         task.release_after_builds(session, the_plan.rows)
-        rows = [(judge_row(row, target, b, session, staging, task) if b is not None else row).to_json()
-                for target, row, b in built]
-    for target, variant, why in the_plan.skipped:
-        rows.append(Row(target.name, variant, status="skipped", error=why,
-                        required=is_required(target.name, variant, the_plan.config)).to_json())
+        for target, row, b in built:
+            rows.append((judge_row(row, target, b, session, staging, task) if b is not None else row).to_json())
+            done(rows[-1])
+    for row in skipped_rows(the_plan):
+        rows.append(row)
+        done(row)
     return rows
+
+
+def skipped_rows(the_plan) -> list[dict]:
+    """The rows the plan cannot build (a target without text-generation support, a variant a target does
+    not offer), skipped with the reason."""
+    from edgeport.config import is_required
+    from edgeport.pipeline.row import Row
+
+    rows = [Row(target.name, variant, status="skipped", error=why,
+                required=is_required(target.name, variant, the_plan.config)).to_json()
+            for target, variant, why in the_plan.skipped]
+    return rows + [Row(target.name, variant, status="skipped", error=why, required=False).to_json()
+                   for target, variant, why in the_plan.not_offered]
 
 
 def _budget(the_plan, target, variant: str) -> dict:
@@ -193,32 +241,67 @@ def _budget(the_plan, target, variant: str) -> dict:
     return budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, the_plan.task.name != "forward")
 
 
-def run_rows_parallel(session, the_plan, staging: Path, progress: Progress, opts: ConvertOptions, jobs: int) -> list[dict]:
+def run_rows_parallel(session, the_plan, staging: Path, watch, opts: ConvertOptions, jobs: int) -> list[dict]:
     """The rows as tasks (:mod:`edgeport.pipeline.task`; a row whose target splits its conversion is several)
-    in worker processes; results merged into ``staging`` in plan order. A crashing worker fails its row."""
+    in worker processes; results merged into ``staging`` in plan order. A crashing worker, or one past its
+    limits (:mod:`edgeport.pipeline.limits`), fails its row. Stopped by SIGTERM: the finished tasks'
+    rows are merged, the others cancelled (``watch.final``), and the stop goes on up."""
     import shutil
 
+    from edgeport.core.memory import program_weight_bytes
     from edgeport.pipeline import task, workers
 
     shared = task.shared_spec(session, staging, opts.source, str(session.cache.root) if session.cache else None)
     plans = task.plan_rows(session, the_plan.rows)
     work = staging / ".tasks"
-    specs = task.task_specs(shared, the_plan, plans, work, staging / RUN_LOG)
-
-    def on_event(i: int, kind: str, payload) -> None:
-        if kind == "step":
-            progress(str(payload))
-            return
-        name = f"{specs[i]['target']} {specs[i]['variant']}" + (f" (piece {specs[i]['piece']})" if "piece" in specs[i] else "")
-        status = (payload.get("status") or ("failed" if payload.get("error") else "done")) if isinstance(payload, dict) else kind
-        progress(f"{name}: {'converting' if kind == 'start' else status}")
-
+    specs = task.task_specs(shared, the_plan, plans, work, staging / RUN_LOG, program_weight_bytes(session.program))
+    results, stages = [None] * len(specs), {}
     try:
-        results = workers.run_all(specs, jobs, on_event, gate=session.judge.latency or session.judge.threads == "auto")
-        return task.collect(staging, the_plan.rows, plans, specs, results, session.cache)
+        workers.run_all(specs, jobs, row_events(specs, watch, jobs), gate=session.judge.latency or session.judge.threads == "auto",
+                        results=results, stages=stages)
+        return task.collect(staging, the_plan.rows, plans, specs, results, session.cache) + skipped_rows(the_plan)
+    except Terminated as exc:
+        watch.final = _cancelled_rest(staging, the_plan, plans, specs, results, stages, watch, exc, session)
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
         (staging / task.INPUTS_FILE).unlink(missing_ok=True)
+
+
+def row_events(specs: list[dict], watch, jobs: int):
+    """The workers' events as progress lines: a row's steps, and one verdict line per finished task. A row's
+    start reads as in-process rows' (its name) at -j 1, and says ``converting`` beside others."""
+    from edgeport.pipeline.stop import verdict_line
+
+    def on_event(i: int, kind: str, payload) -> None:
+        if kind == "step":
+            watch.progress(str(payload))
+            return
+        name = f"{specs[i]['target']} {specs[i]['variant']}" + (f" (piece {specs[i]['piece']})" if "piece" in specs[i] else "")
+        if kind == "start":
+            watch.progress(f"{name}: converting" if jobs > 1 else name)
+        elif isinstance(payload, dict) and ("status" in payload or "stopped" in payload) and "piece" not in specs[i]:
+            row = payload if "status" in payload else {"status": "failed", "error": payload["stopped"]}
+            watch.finished({**row, "target": specs[i]["target"], "variant": specs[i]["variant"]})
+        else:
+            error = payload.get("error") if isinstance(payload, dict) else payload
+            watch.progress(f"{name}: {'failed — ' + str(error) if error else 'done'}")
+    return on_event
+
+
+def _cancelled_rest(staging: Path, the_plan, plans, specs, results, stages, watch, exc, session) -> list[dict]:
+    """A stopped run's rows: the finished tasks merged as usual, every task still running or waiting
+    cancelled (saying the step it was in), the plan's skipped rows as they are."""
+    from edgeport.pipeline import stop, task
+
+    block = stop.stopped_block(exc, watch, the_plan.rows)
+    for i, spec in enumerate(specs):
+        if results[i] is None:
+            stage, seconds = stages.get(i, (None, None))
+            stage = stage.split(": ", 1)[-1] if stage else None
+            results[i] = {"stopped": stop.cancelled_row(spec["target"], spec["variant"], True, block, stage, seconds)["error"],
+                          "cancelled": True}
+    return task.collect(staging, the_plan.rows, plans, specs, results, session.cache) + skipped_rows(the_plan)
 
 
 def preflight(loaded, opts: ConvertOptions, the_plan, workers: bool) -> None:
@@ -243,7 +326,7 @@ def check_fits(weight_bytes: int, opts: ConvertOptions, the_plan, workers: bool,
     from edgeport.core import memory
 
     est = memory.estimate(weight_bytes, the_plan.rows, row_jobs(opts, the_plan) if workers else 1, programs,
-                          generative, intermediate_bytes)
+                          generative, intermediate_bytes, workers)
     memory.check(est, opts.output.out, opts.max_memory)
     return est
 

@@ -23,6 +23,10 @@ SCHEMA = "edgeport.task/1"
 # COUNTER_FILE and kill its own process on the first one, as a segfault or an OOM kill would. Never set it
 # in normal use.
 CRASH_ENV = "EDGEPORT_TEST_CRASH"
+# TEST-ONLY hook (tests/test_limits.py): "KEY=sleep[,KEY2=grow]" makes the task named KEY name the step "test stall" and
+# sleep for an hour; "KEY=grow" makes it allocate (and touch) 64 MB more every 0.1 s: a stuck row, as a
+# converter that never returns or whose memory explodes. Never set it in normal use.
+STALL_ENV = "EDGEPORT_TEST_STALL"
 INPUTS_FILE = "task-inputs.npz"
 PROGRAM_FILE = "exported.pt2"
 _PROGRAMS: dict = {}          # path, size, mtime -> loaded program: a reused worker loads each model once
@@ -68,6 +72,22 @@ def test_crash(key: str) -> None:
         os._exit(1)
 
 
+def test_stall(key: str, progress) -> None:
+    """The test-only hook above (does nothing unless ``EDGEPORT_TEST_STALL`` names ``key``)."""
+    import time
+
+    wanted = dict(item.partition("=")[::2] for item in os.environ.get(STALL_ENV, "").split(","))
+    how = wanted.get(key)
+    if how not in ("sleep", "grow"):
+        return
+    progress(f"{key.replace('/', ' ')}: test stall")
+    held = []
+    for _ in range(36000):
+        if how == "grow":
+            held.append(bytearray(64 << 20))   # bytearray() zero-fills: the pages are touched
+        time.sleep(0.1)
+
+
 def plan_rows(session, rows: list) -> list[dict]:
     """For each (target, variant): its cache key, whether the cache holds it whole, and the pieces its
     conversion splits into when it must be converted (with piece 0's own key)."""
@@ -98,10 +118,12 @@ def merge_split(staging: Path, target, row: dict, pieces: list[tuple[dict, objec
     done, files, side = [], [], []
     for spec, result in pieces:
         work = Path(spec["work_dir"])
-        files += _produced(work / target.name, spec["variant"])
-        merge(work, staging, {})
-        if not isinstance(result, dict) or result.get("error"):
-            error = result.get("error") if isinstance(result, dict) else result
+        stopped = isinstance(result, dict) and "stopped" in result   # its half-written files stay out
+        files += [] if stopped else _produced(work / target.name, spec["variant"])
+        if not stopped:
+            merge(work, staging, {})
+        if not isinstance(result, dict) or result.get("error") or stopped:
+            error = (result.get("error") or result.get("stopped")) if isinstance(result, dict) else result
             row.setdefault("notes", []).append(f"piece {spec['piece']} of the conversion failed: {error}")
             continue
         done.append(result["details"])
@@ -141,7 +163,8 @@ def _store_whole(cache, target, target_dir: Path, row: dict, row_plan: dict, don
 
 def collect(staging: Path, rows: list, plans: list[dict], specs: list[dict], results: list, cache) -> list[dict]:
     """Rows in plan order from their tasks' results (``specs[i]`` -> ``results[i]``: row JSON, a piece's
-    dict, or an error line when its process died), merged into ``staging``."""
+    dict, an error line when its process died, ``{"stopped": error, ...}`` for one killed past its limits
+    or cancelled), merged into ``staging``."""
     from edgeport.pipeline.row import Row
 
     out = []
@@ -150,6 +173,10 @@ def collect(staging: Path, rows: list, plans: list[dict], specs: list[dict], res
         (spec, result), pieces = mine[0], mine[1:]
         if not isinstance(result, dict):
             row = Row(target.name, variant, status="failed", error=f"worker: {result}", required=spec["required"]).to_json()
+        elif "stopped" in result:   # killed past its limits, or cancelled: what it half-wrote stays out
+            details = {k: v for k, v in result.items() if k != "stopped"}
+            row = Row(target.name, variant, status="failed", error=result["stopped"], required=spec["required"],
+                      details=details).to_json()
         else:
             row = arrived(merge(Path(spec["work_dir"]), staging, result), staging)
         out.append(merge_split(staging, target, row, pieces, row_plan, cache) if pieces else row)
@@ -174,21 +201,25 @@ def _produced(directory: Path, variant: str) -> list[str]:
 
 
 def row_spec(shared: dict, target: str, variant: str, budget: dict, required: bool, work_dir: Path,
-             log: Path | None, index: int = 0) -> dict:
+             log: Path | None, index: int = 0, limits: dict | None = None) -> dict:
     return {**shared, "target": target, "variant": variant, "budget": budget, "required": required,
-            "work_dir": str(work_dir), "log": str(log) if log else None, "row": index}
+            "work_dir": str(work_dir), "log": str(log) if log else None, "row": index, "limits": limits or {}}
 
 
-def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path | None) -> list[dict]:
+def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path | None,
+               weight_bytes: int | None = None) -> list[dict]:
     """Every task of one model: its rows (split into pieces where planned), longest first (split rows,
-    then by the target's ``relative_cost``): started first, they end with the rest."""
+    then by the target's ``relative_cost``): started first, they end with the rest. ``weight_bytes``
+    (the model's fp32 weights): each row's limits (:mod:`edgeport.pipeline.limits`), none without it."""
     from edgeport.config import budget_for, is_required
+    from edgeport.pipeline.limits import row_limits
 
     specs = []
     for index, ((target, variant), row_plan) in enumerate(zip(the_plan.rows, plans)):
+        limits = row_limits(the_plan.limits, target, variant, weight_bytes) if weight_bytes is not None else None
         spec = row_spec(shared, target.name, variant, budget_for(target.name, variant, the_plan.config,
                         the_plan.budget_flags, the_plan.task.name != "forward"), is_required(target.name, variant, the_plan.config),
-                        work / str(index), log, index)
+                        work / str(index), log, index, limits)
         specs += [{**s, "cost": target.relative_cost} for s in expand(spec, row_plan)]
     return sorted(specs, key=lambda s: ("piece" not in s, -s["cost"]))
 

@@ -6,6 +6,7 @@ message saying which, before its runtime loads it."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from edgeport.config import budget_for, is_required
 from edgeport.core.proc import redirected
@@ -41,19 +42,40 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
     check_own_files(directory, [RUN_LOG, *validate_writes(junit)])
     config, flags, baseline = rejudge_settings(judge, junit)
     reading = SourceOptions(model=str(directory), trust_pickle=trust_pickle, decompositions=decompositions)
+    from edgeport.pipeline.stop import Watch, exit_code
+
+    watch = Watch(progress)
     with redirected(directory / RUN_LOG):
-        session, program = task.reference_from(directory, judge, reading, progress)
-        rows = []
+        session, program = task.reference_from(directory, judge, reading, watch.progress)
         budget = lambda r: budget_for(r.target, r.variant, config, flags, task.name != "forward")  # noqa: E731
-        for row in old["targets"]:
-            progress(f"{row['target']} {row['variant']}" + ("" if task.name == "forward" else f" ({task.name})"))
-            rows.append({**rejudge(row, task, session, directory, budget),
-                         "required": is_required(row["target"], row["variant"], config)})
+        rows, marks = rejudge_all(old["targets"], task, session, directory, budget, config, watch)
         report = assemble(old["model"]["spec"], rows, session, task, None, judge.threads, baseline,
                           program=program, params=old["model"].get("params"), config=config)
         report["validated"] = {**stamp(), "threads": judge.threads, "samples": samples_of(session)}
-        report = write_outputs(directory, report, None, junit)
-    return Result(report, directory, 0 if report["passed"] else 1)
+        report = write_outputs(directory, {**report, **marks, "passed": False} if marks else report, None, junit)
+    return Result(report, directory, exit_code(report))
+
+
+def rejudge_all(old_rows: list[dict], task, session, directory: Path, budget, config: dict, watch) -> tuple:
+    """(rows, marks): every row judged again, each one's verdict line shown as it finishes. Stopped by
+    SIGTERM after at least one row, the rows not judged yet are cancelled (their old numbers dropped: they
+    are not today's) and ``marks`` says the report is incomplete; before any, the stop goes on up."""
+    from edgeport.errors import Terminated
+    from edgeport.pipeline import stop
+
+    for row in old_rows:
+        watch.progress(f"{row['target']} {row['variant']}" + ("" if task.name == "forward" else f" ({task.name})"))
+        try:
+            watch.finished({**rejudge(row, task, session, directory, budget),
+                            "required": is_required(row["target"], row["variant"], config)})
+        except Terminated as exc:
+            if not watch.done:
+                raise
+            block = stop.stopped_block(exc, watch, [(SimpleNamespace(name=r["target"]), r["variant"]) for r in old_rows])
+            rest = [stop.cancelled_row(r["target"], r["variant"], is_required(r["target"], r["variant"], config), block,
+                                       stop.stage_of(watch.last, r["target"], r["variant"])) for r in old_rows[len(watch.done):]]
+            return watch.done + rest, {"incomplete": True, "stopped": block}
+    return watch.done, {}
 
 
 def samples_of(session) -> int:
@@ -118,6 +140,7 @@ def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
         return failed(row, f"artifact changed since conversion: {changed} (not loaded: a file that is not the "
                            "one converted never reaches a runtime's loader)")
     task.rejudge(row, target, path, session, budget_of(row))
+    row.size_bytes = _files_size(directory, row.files) or row.size_bytes   # every file of the artifact, as convert counts
     return row.to_json()
 
 
@@ -138,6 +161,11 @@ def _of_artifact(artifact: str, entry) -> bool:
     """An entry ``digest_of(artifact)`` already checked (the artifact file, or a file of its directory)."""
     path = entry.get("path") if isinstance(entry, dict) else None
     return isinstance(path, str) and (path == artifact or path.startswith(artifact.rstrip("/") + "/"))
+
+
+def _files_size(directory: Path, entries) -> int:
+    paths = [artifact_in(directory, e.get("path")) for e in entries or [] if isinstance(e, dict)]
+    return sum(p.stat().st_size for p in paths if p is not None and p.is_file())
 
 
 def _present(directory: Path, entry) -> bool:

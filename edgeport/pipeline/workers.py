@@ -11,6 +11,9 @@ Why it is shaped like this:
   until no other row is converting and no other worker is timing (:func:`edgeport.validate.latency.set_gate`).
   Conversions run side by side; the timings run one at a time after them, as in a sequential run.
 - Each task is :func:`edgeport.pipeline.task.run_task`, the same function a fleet's Ray task runs.
+- A task past its limits (``spec["limits"]``: seconds, memory of its process tree) is killed with
+  everything it started, and fails with the step it was in and what it had used
+  (:mod:`edgeport.pipeline.limits`); time spent waiting for the timing gate does not count.
 """
 
 from __future__ import annotations
@@ -93,13 +96,14 @@ def _child(spec: dict, conn, gate: bool, env: dict) -> None:
     from edgeport.core.scratch import follow_environment
     from edgeport.diagnostics import first_line
     from edgeport.errors import CANCELLED
-    from edgeport.pipeline.task import run_task, test_crash
+    from edgeport.pipeline.task import run_task, test_crash, test_stall
     from edgeport.validate import latency
 
     os.environ.clear()  # the driver's environment now, not the fork server's from when it started
     os.environ.update(env)
     follow_environment()  # and its scratch folder (edgeport.core.scratch)
     test_crash(f"{spec['target']}/{spec['variant']}")
+    test_stall(f"{spec['target']}/{spec['variant']}", lambda step: conn.send(("step", step)))
     waiting = PipeGate(conn) if gate else None
     latency.set_gate(waiting)
     try:
@@ -123,34 +127,79 @@ class Worker:
     waiting: bool = False       # asked for the timing gate, not given it yet
     timing: bool = False        # holds the gate
     result: dict | None = field(default=None)
+    limits: dict = field(default_factory=dict)   # {"seconds", "memory", "where"}: None = no limit
+    started: float = 0.0        # time.monotonic() at start
+    waited: float = 0.0         # seconds spent waiting for the timing gate (not the row's own time)
+    wait_since: float | None = None
+    stage: str | None = None    # the last step the task named
+    peak: int = 0               # highest Pss of its process tree seen
+    sampled: float = 0.0
+
+    def elapsed(self, now: float) -> float:
+        return now - self.started - self.waited - (now - self.wait_since if self.wait_since else 0.0)
 
 
-def run_all(specs: list[dict], jobs: int, on_event: Callable[[int, str, object], None], gate: bool = True) -> list:
+def run_all(specs: list[dict], jobs: int, on_event: Callable[[int, str, object], None], gate: bool = True,
+            results: list | None = None, stages: dict | None = None) -> list:
     """Run every spec (at most ``jobs`` converting at once); ``on_event(i, kind, payload)`` hears
-    ``start``, ``step`` (a row's step, as its progress names it), ``done`` (row JSON) and ``error`` (one line). Returns results in spec order: the row JSON,
-    or an error string for a task whose process failed or died."""
+    ``start``, ``step`` (a row's step, as its progress names it), ``done`` (row JSON) and ``error`` (one
+    line). Returns results in spec order: the row JSON, an error string for a task whose process failed or
+    died, or ``{"stopped": message, "limit": {...}}`` for one killed past its limits. ``results`` and
+    ``stages`` (index -> (step, seconds) of a running task), when given, are filled as tasks go: what a
+    cancelled run (SIGTERM) can still publish."""
+    import time
+
     ctx = context()
-    queue, running, results = deque(range(len(specs))), {}, [None] * len(specs)
+    results = results if results is not None else [None] * len(specs)
+    stages = stages if stages is not None else {}
+    queue, running = deque(range(len(specs))), {}
     try:
         while queue or running:
-            while queue and sum(1 for w in running.values() if not w.waiting) < jobs:
+            # at -j 1 a worker waiting to time its artifact keeps its slot: one worker (one copy of the
+            # program) at a time, as the pre-flight estimate assumes; with more, conversions overlap
+            while queue and sum(1 for w in running.values() if not w.waiting or jobs == 1) < jobs:
                 i = queue.popleft()
                 running[i] = _start(ctx, i, specs[i], gate)
                 on_event(i, "start", None)
-            _grant(running, queue)
+            _grant(running, queue if jobs > 1 else ())
             _poll(running, results, on_event)
-    finally:  # interrupted (Ctrl-C): no worker outlives the run
+            _watch(running, results, on_event, time.monotonic())
+    finally:  # interrupted (Ctrl-C, SIGTERM): no worker, nor what it started, outlives the run
+        from edgeport.pipeline.limits import kill_tree
+
+        stages.update({i: (w.stage, w.elapsed(time.monotonic())) for i, w in running.items()})
         for worker in running.values():
-            worker.process.terminate()
+            kill_tree(worker.process.pid)
     return results
 
 
 def _start(ctx, i: int, spec: dict, gate: bool) -> Worker:
+    import time
+
     parent, child = ctx.Pipe()
     process = ctx.Process(target=_child, args=(spec, child, gate, dict(os.environ)))
     process.start()
     child.close()
-    return Worker(i, process, parent)
+    return Worker(i, process, parent, limits=spec.get("limits") or {}, started=time.monotonic())
+
+
+def _watch(running: dict, results: list, on_event, now: float) -> None:
+    """Sample each running task's process tree (every SAMPLE_SECONDS); kill one past its limits and fail it."""
+    from edgeport.pipeline.limits import SAMPLE_SECONDS, kill_tree, past_limit, stopped_message, tree_pss
+
+    for worker in list(running.values()):
+        if now - worker.sampled >= SAMPLE_SECONDS:
+            worker.sampled, worker.peak = now, max(worker.peak, tree_pss(worker.process.pid))
+        seconds = worker.elapsed(now)
+        kind = past_limit(worker.limits, seconds, worker.peak)
+        if kind is None:
+            continue
+        kill_tree(worker.process.pid)
+        stage = worker.stage.split(": ", 1)[-1] if worker.stage else None
+        limit = {"kind": kind, **{k: worker.limits.get(k) for k in ("seconds", "memory")}, "stage": stage,
+                 "seconds_used": round(seconds, 1), "peak_memory_bytes": worker.peak}
+        _finish(worker, running, results, on_event, "stopped",
+                {"stopped": stopped_message(kind, worker.limits, stage, seconds, worker.peak), "limit": limit})
 
 
 def _grant(running: dict, queue: deque) -> None:
@@ -159,8 +208,12 @@ def _grant(running: dict, queue: deque) -> None:
         return
     waiting = [w for w in running.values() if w.waiting]
     if waiting and len(waiting) == len(running):
+        import time
+
         first = min(waiting, key=lambda w: w.index)
         first.waiting, first.timing = False, True
+        first.waited += time.monotonic() - first.wait_since if first.wait_since else 0.0
+        first.wait_since = None
         first.conn.send(("go", None))
 
 
@@ -186,10 +239,13 @@ def _message(worker: Worker, running: dict, results: list, on_event) -> None:
         _finish(worker, running, results, on_event, "error", _death(worker.process))
         return
     if kind == "want":
-        worker.waiting = True
+        import time
+
+        worker.waiting, worker.wait_since = True, time.monotonic()
     elif kind == "release":
         worker.timing = False
     elif kind == "step":
+        worker.stage = str(payload)
         on_event(worker.index, "step", payload)
     else:
         _finish(worker, running, results, on_event, kind, payload)
@@ -204,6 +260,8 @@ def _drain(worker: Worker, running: dict, results: list, on_event) -> bool:
 
 def _finish(worker: Worker, running: dict, results: list, on_event, kind: str, payload) -> None:
     running.pop(worker.index, None)
+    if isinstance(payload, dict) and kind == "done" and worker.peak:
+        payload.setdefault("peak_memory_bytes", worker.peak)   # the row's process tree, sampled
     results[worker.index] = payload
     worker.conn.close()
     worker.process.join(10)

@@ -90,5 +90,10 @@ def record(row, target, staging: Path) -> None:
     on_purpose += [{"name": op, "op": op, "count": entry["count"], "reason": f"the runtime has no int8 {op} kernel "
                     "(edgeport quantizes the recurrent ops it can: onnxruntime LSTM, LiteRT's unrolled LSTM)"}
                    for op, entry in found["float_ops"].items() if any(r in op.upper() for r in RECURRENT)]
-    row.details["quantization"] = {**(row.details.get("quantization") or {}), **found,
-                                   **({"float_on_purpose": on_purpose} if on_purpose else {})}
+    record = {**(row.details.get("quantization") or {}), **found}
+    if on_purpose:   # float_layers names every layer the artifact keeps float, whoever chose it, and why
+        record["float_on_purpose"] = on_purpose
+        record["float_layers"] = [*(record.get("float_layers") or []),
+                                  *({k: v for k, v in layer.items() if k != "reason"} | {"why": layer["reason"]}
+                                    for layer in on_purpose)]
+    row.details["quantization"] = record

@@ -16,6 +16,15 @@ from edgeport.diagnostics import first_line
 from edgeport.quantize.search import TOP, greedy, sensitivity, step
 
 REFERENCE_PROBLEMS = ("reference_nonfinite", "empty", "degenerate_reference")
+# quantization.float_layers lists every layer the artifact keeps float, each with why: the search's (this),
+# or the target's own choice (artifact_share.record adds those with the target's reason)
+FALLBACK_WHY = "--fallback float: int8 broke the budget here"
+
+
+def rebuilt(row) -> bool:
+    """The row's artifact was rebuilt by the search (it kept layers float to meet the budget)."""
+    floats = (row.details.get("quantization") or {}).get("float_layers") or []
+    return any(layer.get("why") == FALLBACK_WHY for layer in floats)
 
 
 def applies(target, row, session) -> bool:
@@ -105,7 +114,7 @@ def _adopt(row, built, staging: Path, record: dict, floats: list) -> None:
     row.files, row.size_bytes, row.sha256 = digested(converted, staging)
     row.details.update(converted.details)
     latency = (row.latency_ms or {}).get("p50")
-    record["float_layers"] = [layer.to_json() for layer in floats]
+    record["float_layers"] = [{**layer.to_json(), "why": FALLBACK_WHY} for layer in floats]
     record["size_vs_full_int8"] = round(row.size_bytes / full_size, 4) if full_size else None
     record["latency_vs_full_int8"] = round(latency / full_latency, 4) if latency and full_latency else None
     if verdict.parity and verdict.parity["passed"]:
@@ -122,9 +131,19 @@ def _blame(ranked: list[dict]) -> str:
 
 
 def _gave_up(record: dict, cap: int, cap_text: str) -> str:
-    tried = [s for s in record["search"] if s["float_layers"]]
-    best = max(tried, key=lambda s: (s["snr_db_min"] if s["snr_db_min"] is not None else float("-inf")), default=None)
-    got = (f"; best: cosine {best['cosine_min']:.4f}, SNR {best['snr_db_min']:.1f} dB with {best['float_layers']} "
-           "float" if best else "")
     return (f"--fallback float: still over budget with {cap} of {record['layers']} layers float (the cap, "
-            f"--fallback-max {cap_text}){got}; raise --fallback-max or relax the budget")
+            f"--fallback-max {cap_text}){best_steps(record['search'])}; raise --fallback-max or relax the budget")
+
+
+def best_steps(steps: list[dict]) -> str:
+    """The search's best, per metric: the highest cosine and the highest SNR may come from different float
+    sets, and a simulation's number is not the artifact's, so each is quoted with its float count and how it
+    was measured — the same numbers as the row's ``quantization.search`` table, never a mix of them."""
+    tried = [s for s in steps if s["float_layers"]]
+    parts = []
+    for key, text in (("cosine_min", "cosine {:.4f}"), ("snr_db_min", "SNR {:.1f} dB")):
+        scored = [s for s in tried if isinstance(s.get(key), (int, float))]
+        if scored:
+            best = max(scored, key=lambda s: s[key])
+            parts.append(f"{text.format(best[key])} with {best['float_layers']} float ({best.get('measured') or '?'})")
+    return f"; best {', best '.join(parts)}" if parts else ""

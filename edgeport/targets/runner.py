@@ -48,8 +48,9 @@ class BaseRunner:
         return "; ".join(self.speed_causes(details)) or None
 
     def speed_causes(self, details: dict) -> list[str]:
-        """What in the loaded artifact costs time (ops outside the accelerator, unrolled loops), read from the
-        artifact: the causes a row slower than eager, or a quantized row slower than fp32, names."""
+        """What in the loaded artifact costs time (ops outside the accelerator, unrolled loops, time by op),
+        read from the artifact: the causes a row slower than eager, or a quantized row slower than fp32,
+        names. ``details`` holds the runtime's own fields and ``latency_ms`` (None when not timed)."""
         return []
 
     @classmethod

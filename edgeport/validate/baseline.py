@@ -106,9 +106,20 @@ def row_regressions(row: dict, old: dict, t: dict, compare_latency: bool = True)
     if compare_latency and new_lat.get("p50") and old_lat.get("p50") and new_lat.get("threads") == old_lat.get("threads") \
             and new_lat["p50"] > old_lat["p50"] * t["latency_factor"]:
         found.append(f"slower: p50 {old_lat['p50']:.3f} -> {new_lat['p50']:.3f} ms (> x{t['latency_factor']:g})")
-    if row.get("size_bytes") and old.get("size_bytes") and row["size_bytes"] > old["size_bytes"] * t["size_factor"]:
-        found.append(f"bigger: {old['size_bytes']} -> {row['size_bytes']} bytes (> x{t['size_factor']:g})")
+    old_size = files_bytes(old) or old.get("size_bytes")
+    if row.get("size_bytes") and old_size and row["size_bytes"] > old_size * t["size_factor"]:
+        found.append(f"bigger: {old_size} -> {row['size_bytes']} bytes (> x{t['size_factor']:g})")
     return found
+
+
+def files_bytes(row: dict) -> int | None:
+    """Bytes of every file a row lists, for a baseline written when ``size_bytes`` counted the artifact's
+    main file only (a TPU row's model.jax_export without its weights): then its size_bytes is that file's
+    own entry. None when the row's size_bytes already means every file (or there is no list)."""
+    files = [f for f in row.get("files") or [] if isinstance(f, dict) and isinstance(f.get("size_bytes"), int)]
+    main = next((f["size_bytes"] for f in files if f.get("path") == row.get("artifact")), None)
+    total = sum(f["size_bytes"] for f in files)
+    return total if main is not None and row.get("size_bytes") == main and total > main else None
 
 
 def _budget_loosened(row: dict, old: dict) -> list[str]:

@@ -22,8 +22,8 @@ def quantization_sections(report: dict) -> list:
     """Float layers, then the most sensitive layers, then the search steps (tables only when non-empty)."""
     from edgeport.validate.sections import ReportSection
 
-    floats = [[label, layer["name"], layer["op"], layer.get("source") or "–", _cost(q)]
-              for label, q in _rows_with(report, "float_layers") for layer in q["float_layers"]]
+    floats = [[label, layer["name"], layer["op"], layer.get("source") or "–", layer.get("why") or "--fallback float",
+               _cost(q)] for label, q in _rows_with(report, "float_layers") for layer in q["float_layers"]]
     sensitive = [[label, layer["name"], layer["op"], layer.get("source") or "–", _fmt(layer["cosine_min"], ".4f"),
                   _fmt(layer["snr_db_min"], ".1f")]
                  for label, q in _rows_with(report, "sensitive_layers") for layer in q["sensitive_layers"]]
@@ -33,8 +33,8 @@ def quantization_sections(report: dict) -> list:
              for s in q["search"]]
     sections = []
     if floats:
-        sections.append(ReportSection("float-layers", "Layers kept in float (--fallback float)",
-                                      ("row", "layer", "op", "source", "vs full int8"), floats))
+        sections.append(ReportSection("float-layers", "Layers kept in float",
+                                      ("row", "layer", "op", "source", "why", "vs full int8"), floats))
     if sensitive:
         sections.append(ReportSection("sensitive-layers", "Most int8-sensitive layers (each quantized alone)",
                                       ("row", "layer", "op", "source", "cosine min", "SNR dB"), sensitive))

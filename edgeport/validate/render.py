@@ -59,10 +59,22 @@ def report_sections(report: dict) -> list:
 
 def headline(report: dict) -> str:
     text = "PASSED" if report["passed"] else "FAILED"
+    if report.get("incomplete"):
+        text += f" · {incomplete_line(report)}"
     baseline = report.get("baseline")
     if baseline:
         text += f" · {baseline['regressions']} regression(s) vs baseline {baseline['source']}"
     return text
+
+
+def incomplete_line(report: dict) -> str:
+    """A stopped run's report (``incomplete``): by what, when, and how many rows finished."""
+    stopped = report.get("stopped") or {}
+    from edgeport.core.progress import duration
+
+    when = f" at +{duration(stopped['after_seconds'])}" if isinstance(stopped.get("after_seconds"), (int, float)) else ""
+    return (f"INCOMPLETE: stopped by {stopped.get('signal', 'a signal')}{when}; "
+            f"{stopped.get('finished_rows', '?')} of {stopped.get('rows', '?')} rows finished, the rest cancelled")
 
 
 def samples_line(report: dict) -> str | None:

@@ -58,12 +58,12 @@ def finish_report(report: dict, baseline=None, config: dict | None = None) -> di
 
 def verdict(report: dict) -> bool:
     """The gate, always recomputed from the rows (a stored ``passed`` is never trusted): every required row
-    ok (optional rows may fail), at least one row ok (a run that proved nothing is no pass), and no
-    regression against a baseline."""
+    ok (optional rows may fail), at least one row ok (a run that proved nothing is no pass), no
+    regression against a baseline, and the run not stopped before its end (``incomplete``)."""
     rows = [r for r in report.get("targets") or [] if isinstance(r, dict)]
     rows_ok = any(r.get("status") == "ok" for r in rows) and \
         all(r.get("status") == "ok" for r in rows if r.get("required", True) is not False)
-    return rows_ok and not (report.get("baseline") or {}).get("regressions")
+    return rows_ok and not (report.get("baseline") or {}).get("regressions") and not report.get("incomplete")
 
 
 def json_safe(value):
@@ -147,7 +147,7 @@ def artifact_in(directory: Path, rel) -> Path | None:
 
 
 def file_list(row: dict) -> dict:
-    """A manifest entry's ``sha256``, ``size_bytes`` (of ``path``) and ``files``: every file of the artifact
+    """A manifest entry's ``sha256`` (of ``path``), ``size_bytes`` (of every file) and ``files``: every file of the artifact
     (path relative to the manifest, size_bytes, sha256), the one list apps, ``bundle`` and ``validate`` follow."""
     return {"sha256": row.get("sha256"), "size_bytes": row.get("size_bytes"), "files": row.get("files") or []}
 

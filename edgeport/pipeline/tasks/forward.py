@@ -31,6 +31,7 @@ def judge(row: Row, target, built: Built, session, staging: Path) -> None:
     the first diverging layer) and write the parity sample."""
     from edgeport.pipeline.reuse import keep_verdict, reused_verdict
     from edgeport.quantize import artifact_share
+    from edgeport.quantize.fallback import rebuilt
 
     job, key, budget = built.job, built.key, built.budget
     if not reused_verdict(row, key, session, budget):
@@ -40,7 +41,7 @@ def judge(row: Row, target, built: Built, session, staging: Path) -> None:
         if not explained and row.parity and not row.parity["passed"] and session.judge.localize and \
                 converter_to_blame(row.parity):
             localize(row, target, job, session, budget)
-        if not (row.details.get("quantization") or {}).get("float_layers"):  # else a rebuilt artifact
+        if not rebuilt(row):   # a rebuilt artifact's verdict is not the cached one's
             keep_verdict(row, key, session, budget)
     if row.io:
         row.parity_sample = parity_sample_for(target, job.out_dir, row, session, staging)

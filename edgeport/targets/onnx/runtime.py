@@ -28,10 +28,23 @@ class OnnxRunner(BaseRunner):
         import onnxruntime as ort
 
         super().__init__(path, threads)
+        self.path, self.feeds = Path(path), None
         self.session = ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(None, feed_dict(self.session, inputs))
+        self.feeds = feed_dict(self.session, inputs)   # the last sample: what speed_causes profiles
+        return self.session.run(None, self.feeds)
+
+    def speed_causes(self, details: dict) -> list[str]:
+        """Time by op type from a short onnxruntime profile (:mod:`edgeport.targets.onnx.profile`)."""
+        from edgeport.diagnostics import first_line
+        from edgeport.targets.onnx.profile import speed_causes
+
+        try:
+            return speed_causes(self.path, session_options(self.threads), self.feeds,
+                                (details.get("latency_ms") or {}).get("p50"))
+        except Exception as exc:  # the artifact ran; only its profile could not be read
+            return [f"could not profile the artifact: {first_line(exc)}"]
 
     def io(self) -> dict:
         return {"inputs": [_describe(i) for i in self.session.get_inputs()],
