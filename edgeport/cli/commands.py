@@ -22,6 +22,13 @@ EVAL_TOKENS_OPTION = typer.Option(None, "--eval-tokens", help="text-generation: 
 CHECKS_OPTION = typer.Option(None, "--checks", help="text-generation: JSON/TOML list of prompts with an expected substring, regex or JSON schema; gates on the pass-rate drop vs PyTorch")
 
 
+CACHE_OPTION = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`")
+REUSE_VERDICT_OPTION = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again")
+JOBS_OPTION = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)")
+MAX_MEMORY_OPTION = typer.Option(None, "--max-memory", help="memory the conversion may use, e.g. 8G (default: what is available); a model whose estimated peak exceeds it is refused before work")
+ROW_TIMEOUT_OPTION = typer.Option(None, "--row-timeout", help="stop a row (convert + judge) running longer, e.g. 20m, 90s, none (default: from the model's size; [limits] row_timeout in edgeport.toml)")
+ROW_MEMORY_OPTION = typer.Option(None, "--row-memory", help="stop a row whose processes use more memory, e.g. 6G, none (default: from the pre-flight estimate; [limits] row_memory)")
+
 @app.command()
 @with_target_options
 def convert(
@@ -55,12 +62,9 @@ def convert(
     cache_len: Optional[int] = typer.Option(None, "--cache-len", help="text-generation: KV cache slots (prompt + generated tokens; default 256 or the model's positions)"),
     gen_tokens: Optional[int] = typer.Option(None, "--gen-tokens", help="text-generation: greedy tokens generated per judged prompt (default 16)"),
     eval_text: Optional[str] = EVAL_TEXT_OPTION, eval_tokens: Optional[int] = EVAL_TOKENS_OPTION, checks: Optional[str] = CHECKS_OPTION,
-    cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`"),
-    reuse_verdict: bool = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again"),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)"),
-    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="memory the conversion may use, e.g. 8G (default: what is available); a model whose estimated peak exceeds it is refused before work"),
-    row_timeout: Optional[str] = typer.Option(None, "--row-timeout", help="stop a row (convert + judge) running longer, e.g. 20m, 90s, none (default: from the model's size; [limits] row_timeout in edgeport.toml)"),
-    row_memory: Optional[str] = typer.Option(None, "--row-memory", help="stop a row whose processes use more memory, e.g. 6G, none (default: from the pre-flight estimate; [limits] row_memory)"),
+    cache: bool = CACHE_OPTION, reuse_verdict: bool = REUSE_VERDICT_OPTION,
+    jobs: Optional[int] = JOBS_OPTION, max_memory: Optional[str] = MAX_MEMORY_OPTION,
+    row_timeout: Optional[str] = ROW_TIMEOUT_OPTION, row_memory: Optional[str] = ROW_MEMORY_OPTION,
     target_options: dict = None,
 ) -> None:
     """Convert MODEL for each --target, check parity and latency, write artifacts + report to --out."""

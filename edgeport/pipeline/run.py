@@ -271,7 +271,6 @@ def run_rows_parallel(session, the_plan, staging: Path, watch, opts: ConvertOpti
 def row_events(specs: list[dict], watch, jobs: int):
     """The workers' events as progress lines: a row's steps, and one verdict line per finished task. A row's
     start reads as in-process rows' (its name) at -j 1, and says ``converting`` beside others."""
-    from edgeport.pipeline.stop import verdict_line
 
     def on_event(i: int, kind: str, payload) -> None:
         if kind == "step":
