@@ -151,7 +151,7 @@ def test_default_limits_come_from_the_preflight_estimate_and_flags_override_them
     small = row_limits(requested("auto", "auto", {}), onnx, "fp32", 4_000_000)
     assert small["memory"] == MIN_MEMORY and small["seconds"] >= 20 * 60 and small["where"] == "default"
     big = row_limits(requested("auto", "auto", {}), onnx, "fp32", 8_000_000_000)
-    assert big["memory"] > 2 * 8e9 * onnx.memory_factor and big["seconds"] > small["seconds"]
+    assert big["memory"] > 2 * 8e9 * onnx.measured.memory_factor and big["seconds"] > small["seconds"]
     flags = row_limits(requested("90s", "3G", {"limits": {"row_timeout": "1h"}}), onnx, "fp32", 4_000_000)
     assert (flags["seconds"], flags["memory"], flags["where"]) == (90, 3 * 2**30, "flag")
     config = row_limits(requested("auto", None, {"limits": {"row_timeout": "2m", "row_memory": "none"}}), onnx,

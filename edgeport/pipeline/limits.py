@@ -100,7 +100,7 @@ def row_limits(asked: Requested, target, variant: str, weight_bytes: int) -> dic
     from the row's own pre-flight estimate (see the module docstring)."""
     from edgeport.core.memory import BASE_BYTES
 
-    estimate = BASE_BYTES + weight_bytes * target.memory_factor
+    estimate = BASE_BYTES + weight_bytes * target.measured.memory_factor
     memory = asked.memory if asked.memory is not None else max(MIN_MEMORY, int(2 * estimate + MEMORY_HEADROOM))
     seconds = asked.seconds if asked.seconds is not None else \
         (BASE_SECONDS + SECONDS_PER_GB * weight_bytes / GB) * max(1.0, target.relative_cost)
