@@ -28,8 +28,9 @@ def test_usercode_exit_or_fork_in_build_is_exit_2_not_a_pass(tmp_path, body, nee
 
 
 def test_usercode_fork_behind_pythons_back_publishes_once(tmp_path):
-    """A libc fork() is out of Python's reach: its child returns into edgeport, runs, and is refused when it
-    would publish (the parent waits for it, then publishes the one report)."""
+    """A libc fork() is out of Python's reach: its child returns into edgeport and is stopped as soon as
+    build() returns, before it touches the run's staging folder or row workers (the parent waits for it,
+    then publishes the one report)."""
     body = ("    pid = ctypes.CDLL(None).fork()\n"
             "    if pid > 0:\n        os.waitpid(pid, 0)\n")
     result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST)

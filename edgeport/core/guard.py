@@ -6,8 +6,9 @@ could otherwise change the outcome: ``os._exit(0)`` ends the process with 0 and 
 that proved nothing); ``os.fork()`` returns twice, and a child that returns into edgeport publishes a second
 time; a non-daemon thread it leaves behind keeps the process from exiting. So, while user code runs
 (:func:`user_code`), ``os._exit`` and ``os.fork`` raise instead (the caller reports that as bad input, exit
-2); the process that started the run claims it (:func:`claim`) and a forked copy may not publish
-(:func:`check_owner`); and the command line ends with :func:`exit_now`, which does not wait for stray threads.
+2); the process that started the run claims it (:func:`claim`) and a forked copy (a libc ``fork()``, out of
+Python's reach) ends as soon as the user's code returns, before it touches the run's files or children, and
+may never publish (:func:`check_owner`); and the command line ends with :func:`exit_now`, which does not wait for stray threads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 _REAL_EXIT = os._exit
 _REAL_FORK = os.fork
 _OWNER: int | None = None
+_TERMINAL: int | None = None   # the stderr the command started with (library output may take fd 2 later)
 
 
 class UserCodeEscape(Exception):
@@ -27,15 +29,18 @@ class UserCodeEscape(Exception):
 
 def claim() -> None:
     """This process runs the command: only it may publish (a fork of it may not)."""
-    global _OWNER
+    global _OWNER, _TERMINAL
     _OWNER = os.getpid()
+    with contextlib.suppress(OSError):
+        _TERMINAL = os.dup(2)
 
 
 def check_owner(what: str = "publish") -> None:
     """A forked copy of the process that claimed the run ends here, non-zero, without publishing."""
     if _OWNER is not None and os.getpid() != _OWNER:
-        print(f"edgeport: error: a forked copy of the run (pid {os.getpid()}) tried to {what}; refused",
-              file=sys.stderr)
+        message = f"edgeport: error: a forked copy of the run (pid {os.getpid()}) tried to {what}; refused\n"
+        with contextlib.suppress(OSError):   # written at once: the exit below skips Python's own flushing
+            os.write(_TERMINAL if _TERMINAL is not None else 2, message.encode())
         _REAL_EXIT(2)
 
 
@@ -60,6 +65,7 @@ def user_code():
         os._exit, os.fork = saved[0], saved[1]
         if saved[2] is not None:
             os.forkpty = saved[2]
+        check_owner("go on past the model's code")   # a libc fork's child stops here, before it shares the run's files
 
 
 def exit_now(code: int) -> None:

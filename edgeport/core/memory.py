@@ -32,9 +32,11 @@ class Estimate:
     factor: float            # the largest per-target factor in the plan
     by: str                  # the target (or "-j N") whose factor sets the peak
     intermediate_bytes: int = 0   # a loaded program's largest declared intermediate, per process that runs it
+    intermediate_holders: int = 1  # processes that hold it at once (the driver's reference, each row worker)
 
     def describe_memory(self) -> str:
-        middle = (f" + {self.intermediate_bytes / GB:.2f} GB largest intermediate the program declares"
+        times = f" x {self.intermediate_holders} processes" if self.intermediate_holders > 1 else ""
+        middle = (f" + {self.intermediate_bytes / GB:.2f} GB largest intermediate the program declares{times}"
                   if self.intermediate_bytes else "")
         return (f"{self.memory / GB:.1f} GB ({self.weight_bytes / GB:.2f} GB fp32 weights x {self.factor:g} "
                 f"for {self.by}{middle} + {BASE_BYTES / GB:.1f} GB runtime)")
@@ -104,8 +106,9 @@ def estimate(weight_bytes: int, rows, jobs: int = 1, programs: int = 1, generati
         (factor, by), base = factors[0], BASE_BYTES
     judging = max((t.measured.generation_judge_disk_factor * artifact_share(v) for t, v in rows if generative), default=0.0)
     disk = weight_bytes * (programs + sum(t.measured.disk_factor * artifact_share(v) for t, v in rows) + judging)  # + exported
-    held = intermediate_bytes * (1 + (max(jobs, 1) if jobs > 1 or workers else 0))
-    return Estimate(weight_bytes, int(base + weight_bytes * factor + held), int(disk), round(factor, 2), by, held)
+    holders = 1 + (max(jobs, 1) if jobs > 1 or workers else 0)
+    return Estimate(weight_bytes, int(base + weight_bytes * factor + intermediate_bytes * holders), int(disk),
+                    round(factor, 2), by, intermediate_bytes, holders)
 
 
 def _factor(target, generative: bool, variant: str) -> float:

@@ -83,24 +83,6 @@ def run_scratch(staging: Path):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def outside():
-    """For the block, the temp dir as it was before the run: for the rare thing that must outlive the run's
-    scratch (multiprocessing's folder for its fork server's socket lives as long as the process, and an
-    AF_UNIX path inside a deep ``--out`` would be too long)."""
-    if not _BEFORE:
-        yield
-        return
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    _set_env("TMPDIR", _BEFORE[-1][0])
-    tempfile.tempdir = _BEFORE[-1][1]
-    try:
-        yield
-    finally:
-        _set_env("TMPDIR", saved[0])
-        tempfile.tempdir = saved[1]
-
-
 def _set_env(key: str, value: str | None) -> None:
     if value is None:
         os.environ.pop(key, None)

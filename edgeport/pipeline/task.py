@@ -313,7 +313,7 @@ def open_cache(settings: dict):
 
 def load_program(path: Path, trust_pickle: bool, spec: dict | None = None):
     """edgeport's own copy of the program; from a file source it is checked again like any loaded .pt2
-    (a Python source's custom ops are the user's own)."""
+    (a Python source's custom ops are the user's own: its module is imported first to register them)."""
     from edgeport.sources.program_policy import user_namespaces
     from edgeport.sources.pt2_archive import load_exported_program
 
@@ -323,9 +323,19 @@ def load_program(path: Path, trust_pickle: bool, spec: dict | None = None):
         _PROGRAMS.clear()
         source = (spec or {}).get("source") or {}
         from_file = str(source.get("model", "")).endswith(".pt2")
+        _import_users_ops(str(source.get("model", "")))
         namespaces = user_namespaces((spec or {}).get("decompositions")) if from_file else ()
         _PROGRAMS[key] = load_exported_program(path, trust_pickle, namespaces, check_ops=from_file)
     return _PROGRAMS[key]
+
+
+def _import_users_ops(model: str) -> None:
+    """The user's model module, imported as the driver imported it (its factory not called): the custom ops
+    it registers must exist before a program that calls them can load."""
+    from edgeport.sources.pyfile import import_spec_module, is_code_spec
+
+    if is_code_spec(model):
+        import_spec_module(model)
 
 
 def read_inputs(path: Path, counts: dict) -> dict[str, list]:

@@ -18,8 +18,11 @@ Why it is shaped like this:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import secrets
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -43,23 +46,37 @@ def default_jobs() -> int:
 
 def context():
     """The fork server's context (started on first use, importing :data:`PRELOAD` once)."""
-    from multiprocessing import util
+    from multiprocessing import forkserver
 
-    from edgeport.core.scratch import outside
-
-    with outside():  # its socket's folder lives as long as this process, not in the run's scratch
-        util.get_temp_dir()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
+    with _socket_without_a_file():
+        forkserver.ensure_running()
     return ctx
+
+
+@contextlib.contextmanager
+def _socket_without_a_file():
+    """The fork server listens on a Unix socket that multiprocessing names in a folder it makes in the temp
+    dir: a file outside ``--out`` (a run writes nothing there), and a path too long for AF_UNIX when the temp
+    dir is deep. On Linux, the abstract namespace gives it a name with no file and no length problem."""
+    from multiprocessing import connection
+
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    original = connection.arbitrary_address
+    connection.arbitrary_address = lambda family: (f"\0edgeport-fork-{os.getpid()}-{secrets.token_hex(8)}"
+                                                   if family == "AF_UNIX" else original(family))
+    try:
+        yield
+    finally:
+        connection.arbitrary_address = original
 
 
 def prewarm() -> None:
     """Start the fork server now, so its imports overlap the driver's own work."""
-    from multiprocessing import forkserver
-
     context()
-    forkserver.ensure_running()
 
 
 def wait_ready() -> None:

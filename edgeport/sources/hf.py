@@ -52,7 +52,7 @@ def load_pretrained(model_class, where: str, config, trust_remote_code: bool):
     """Only Auto classes can resolve to repository code; a concrete transformers class never does."""
     from edgeport.sources.hf_declared import check_declared
 
-    check_declared(where, config)  # from config.json and the safetensors headers, before any allocation
+    check_declared(where, config, model_class)  # from config.json and the safetensors headers, before any allocation
     remote = {"trust_remote_code": trust_remote_code} if model_class.__name__.startswith("Auto") else {}
     try:
         return model_class.from_pretrained(where, config=config, local_files_only=True, attn_implementation="eager",

@@ -3,10 +3,13 @@
 transformers materialises every parameter the config implies (random-initialising those the weight files
 lack) before anything could weigh it: a few-KB folder with ``intermediate_size = 16e6`` or
 ``num_hidden_layers = 20000`` costs gigabytes and minutes before the pre-flight check. So, from
-``config.json`` and the safetensors headers alone (no tensor read): the parameters a decoder config implies
-(embeddings + per layer attention and MLP) against the elements the files hold. A config implying far more
-than the files hold (more than :data:`SLACK` times: architectures differ in what the formula misses) is
-exit 2, as is one whose implied fp32 weights exceed the memory this machine has.
+``config.json`` and the safetensors headers alone (no tensor read): the parameters the config implies
+against the elements the files hold. The count is the model class's own, built on the meta device (no
+memory) with one and with two layers and extrapolated to the config's layer count (so 20,000 layers cost
+two tiny builds), exact for every architecture whose layers repeat; a config the meta build refuses falls
+back to a decoder formula (embeddings + per layer attention and MLP). A config implying far more than the
+files hold (more than :data:`SLACK` times) is exit 2, as is one whose implied fp32 weights exceed the
+memory this machine has.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 
             "F8_E4M3": 1, "F8_E5M2": 1, "C64": 8, "U16": 2, "U32": 4, "U64": 8}
 
 
-def check_declared(where: str, config) -> None:
+def check_declared(where: str, config, model_class=None) -> None:
     """Refuse (UsageError) a local ``hf:`` directory whose config implies far more parameters than its
     safetensors files hold, or more fp32 weight bytes than this machine has memory."""
     from edgeport.core.memory import available_memory
 
     folder = Path(where)
-    implied = implied_parameters(config)
+    implied = (meta_parameters(model_class, config) if model_class is not None else None) or implied_parameters(config)
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
     if implied is None or not files:
         return
@@ -39,6 +42,35 @@ def check_declared(where: str, config) -> None:
     if 4 * implied > available_memory():
         raise UsageError(f"hf:{where}: config.json implies {4 * implied / 1e9:.1f} GB of fp32 weights, more "
                          f"than the {available_memory() / 1e9:.1f} GB available; refusing to build it")
+
+
+def meta_parameters(model_class, config) -> int | None:
+    """Parameters of ``model_class`` at ``config``, from meta-device builds at one and two layers; None when
+    the config names no layer count or the meta build fails (the real build will say why)."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int) or layers < 1:
+        return None
+    try:
+        one, two = (_meta_count(model_class, config, n) for n in (1, 2))
+    except Exception:  # noqa: BLE001 - a config the class refuses: the formula, then the real build, judge it
+        return None
+    return one + (layers - 1) * max(two - one, 0)
+
+
+def _meta_count(model_class, config, layers: int) -> int:
+    import copy
+
+    import torch
+
+    small = copy.deepcopy(config)
+    for key, value in list(vars(small).items()):   # per-layer lists (layer_types, ...) cut to the new count
+        if isinstance(value, list) and len(value) == config.num_hidden_layers:
+            setattr(small, key, value[:layers])
+    small.num_hidden_layers = layers
+    with torch.device("meta"):
+        model = (model_class.from_config(small, trust_remote_code=False) if model_class.__name__.startswith("Auto")
+                 else model_class._from_config(small))
+    return sum(p.numel() for p in model.parameters())
 
 
 def implied_parameters(config) -> int | None:

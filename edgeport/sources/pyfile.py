@@ -22,9 +22,21 @@ from edgeport.errors import UsageError
 from edgeport.sources.spec import InputSpec, LoadedModel
 
 
+def is_code_spec(spec: str) -> bool:
+    """``file.py:callable`` or ``package.module:callable`` (not a .pt2, not hf:)."""
+    return ":" in spec and not spec.startswith("hf:") and not spec.endswith(".pt2")
+
+
+def import_spec_module(spec: str):
+    """The module a code spec names, imported (once per process) without calling its factory: a row worker
+    loading the driver's program needs the custom ops that module registers when imported."""
+    where = spec.rpartition(":")[0]
+    return import_file(where) if where.endswith(".py") else import_module(where)
+
+
 def call_factory(spec: str, inputs: list[InputSpec]) -> LoadedModel:
     where, _, attr = spec.rpartition(":")
-    module = import_file(where) if where.endswith(".py") else import_module(where)
+    module = import_spec_module(spec)
     factory = getattr(module, attr, None)
     if factory is None:
         raise UsageError(f"{where} has no attribute {attr!r}")

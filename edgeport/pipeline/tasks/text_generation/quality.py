@@ -10,7 +10,8 @@ row against PyTorch fp32, judged as llama.cpp judges a quantization (:mod:`edgep
   (llama.cpp scores the second half of each n_ctx chunk for the same reason), until ``--eval-tokens``.
 - Reference: the model in PyTorch fp32 on each whole window (one causal forward), at the same positions.
 
-A model without a tokenizer gets no quality block (a note says why), unless ``--eval-text`` asked for one.
+A model without a tokenizer that reads the default text (none, one that does not load, or one that makes too few
+tokens of it) gets no quality block and a note says why; with ``--eval-text`` the same is an error (exit 2).
 """
 
 from __future__ import annotations
@@ -84,10 +85,18 @@ def prepare_reference(model, layout: Layout, tokenizer_dir: Path | None, eval_te
             raise UsageError("--eval-text needs the model's tokenizer, and the model has none")
         return None, "no quality on real text: the model has no tokenizer to read it"
     name, text = read_text(eval_text)
-    ids = [int(t) for t in load_tokenizer(tokenizer_dir, "--eval-text")(text)["input_ids"]]
+    try:
+        ids = [int(t) for t in load_tokenizer(tokenizer_dir, "--eval-text")(text)["input_ids"]]
+    except UsageError as exc:
+        if eval_text is not None:     # asked for: the user hears why not
+            raise
+        return None, f"no quality on real text: {exc}"
     context, windows = windows_of(ids, layout, tokens)
     if not windows:
-        raise UsageError(f"the eval text ({name}) is {len(ids)} tokens: too short for a {context}-token context")
+        why = f"the eval text ({name}) is {len(ids)} tokens: too short for a {context}-token context"
+        if eval_text is not None:
+            raise UsageError(why)
+        return None, f"no quality on real text: {why} (the model's tokenizer reads little of it)"
     ref = QualityReference(name, context, windows)
     with torch.no_grad():
         for window in windows:
