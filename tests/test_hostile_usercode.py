@@ -31,7 +31,9 @@ def test_usercode_fork_behind_pythons_back_publishes_once(tmp_path):
     """A libc fork() is out of Python's reach: its child returns into edgeport and is stopped as soon as
     build() returns, before it touches the run's staging folder or row workers (the parent waits for it,
     then publishes the one report)."""
-    body = ("    pid = ctypes.CDLL(None).fork()\n"
+    # PyDLL keeps the GIL across the call: with CDLL another thread may hold it at the fork, and the child
+    # then waits for it forever (and the parent in waitpid): the user's deadlock, not what this tests
+    body = ("    pid = ctypes.PyDLL(None).fork()\n"
             "    if pid > 0:\n        os.waitpid(pid, 0)\n")
     result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST)
     assert result.returncode == 0, result.stdout + result.stderr
