@@ -316,6 +316,7 @@ def load_program(path: Path, trust_pickle: bool, spec: dict | None = None):
     (a Python source's custom ops are the user's own: its module is imported first to register them)."""
     from edgeport.sources.program_policy import user_namespaces
     from edgeport.sources.pt2_archive import load_exported_program
+    from edgeport.sources.pyfile import import_spec_module, is_code_spec
 
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
@@ -323,19 +324,11 @@ def load_program(path: Path, trust_pickle: bool, spec: dict | None = None):
         _PROGRAMS.clear()
         source = (spec or {}).get("source") or {}
         from_file = str(source.get("model", "")).endswith(".pt2")
-        _import_users_ops(str(source.get("model", "")))
+        if is_code_spec(str(source.get("model", ""))):   # its custom ops must exist before the program loads
+            import_spec_module(source["model"])
         namespaces = user_namespaces((spec or {}).get("decompositions")) if from_file else ()
         _PROGRAMS[key] = load_exported_program(path, trust_pickle, namespaces, check_ops=from_file)
     return _PROGRAMS[key]
-
-
-def _import_users_ops(model: str) -> None:
-    """The user's model module, imported as the driver imported it (its factory not called): the custom ops
-    it registers must exist before a program that calls them can load."""
-    from edgeport.sources.pyfile import import_spec_module, is_code_spec
-
-    if is_code_spec(model):
-        import_spec_module(model)
 
 
 def read_inputs(path: Path, counts: dict) -> dict[str, list]:
