@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from edgeport.pipeline.limits import descendants  # the same process-tree walk the row limits use
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 LOCK = "/tmp/edgeport-bigmem.lock"
@@ -186,23 +188,6 @@ class TreeMemory(threading.Thread):
                 main = max(main, fields.get("Pss:", 0))
             self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
             self.timeline.append((time.perf_counter() - self.start_time, pss, main))
-
-
-def descendants(root: int) -> list[int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(parents.get(pid, []))
-    return found
 
 
 def proc_fields(path: str, *keys: str) -> dict:

@@ -100,15 +100,7 @@ def quantized_program(job) -> tuple:
 
 
 class Pt2eSimulation:
-    """Convolutions over ONE input channel (an ungrouped conv whose weight has one input channel: a pitch CNN's
-512x1 kernel on raw audio, a mono image's first layer) stay float (:func:`float_on_purpose`): XNNPACK's int8
-convolution packs input channels in blocks of several bytes, so a single channel is padded to a block at every
-kernel tap and the int8 kernel does several times the work of the fp32 one. Measured by ExecuTorch's own
-profiler (ETDump) on CREPE-tiny, 32 frames, 1 thread: its 512x1 conv 20.1 ms in int8 against 11.1 ms in fp32,
-while its 64x1 convs over 128 channels ran 4x faster in int8 (bench/executorch_int8.py). Such a conv holds a
-few hundred weights: keeping it float costs no size, and the row lists it (``quantization.float_on_purpose``).
-
-The fallback search's candidates: each one's PT2E-converted module run in PyTorch (see the module
+    """The fallback search's candidates: each one's PT2E-converted module run in PyTorch (see the module
     docstring); calibrated per candidate, since the annotated nodes (and so the observers) differ."""
 
     measured = "simulation"
