@@ -31,11 +31,11 @@ lint:
 test: lint
 	bash scripts/web-deps.sh
 	PY=$(PY) bash scripts/kotlin-deps.sh >/dev/null
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile --no-loadscope-reorder tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 test-slow:
 	bash scripts/web-deps.sh
-	$(PY) -m pytest -q -m slow -n $(JOBS) --dist loadfile tests || [ $$? -eq 5 ]  # 5: nothing marked slow
+	$(PY) -m pytest -q -m slow -n $(JOBS) --dist loadfile --durations=25 tests || [ $$? -eq 5 ]  # 5: nothing marked slow
 
 bench:
 	$(PY) bench/litert_overhead.py
