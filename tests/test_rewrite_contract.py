@@ -16,16 +16,11 @@ from torch import nn
 
 from edgeport.targets import rewrites as R
 from edgeport.targets.registry import get_target, target_names
+from test_rewrites import Fn
 
 
-class Named(nn.Module):
+class Named(Fn):
     """``fn`` over named inputs, its outputs as a dict (a generation signature's form)."""
-
-    def __init__(self, fn, **modules):
-        super().__init__()
-        self.fn = fn
-        for key, value in modules.items():
-            setattr(self, key, value)
 
     def forward(self, *args, **kwargs):
         out = self.fn(self, *args, *kwargs.values())

@@ -322,10 +322,10 @@ def load_program(path: Path, trust_pickle: bool, spec: dict | None = None):
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key not in _PROGRAMS:
         _PROGRAMS.clear()
-        source = (spec or {}).get("source") or {}
-        from_file = str(source.get("model", "")).endswith(".pt2")
-        if is_code_spec(str(source.get("model", ""))):   # its custom ops must exist before the program loads
-            import_spec_module(source["model"])
+        model = str(((spec or {}).get("source") or {}).get("model", ""))
+        from_file = model.endswith(".pt2")
+        if is_code_spec(model):   # its custom ops must exist before the program loads
+            import_spec_module(model)
         namespaces = user_namespaces((spec or {}).get("decompositions")) if from_file else ()
         _PROGRAMS[key] = load_exported_program(path, trust_pickle, namespaces, check_ops=from_file)
     return _PROGRAMS[key]

@@ -87,16 +87,13 @@ def prepare_reference(model, layout: Layout, tokenizer_dir: Path | None, eval_te
     name, text = read_text(eval_text)
     try:
         ids = [int(t) for t in load_tokenizer(tokenizer_dir, "--eval-text")(text)["input_ids"]]
+        context, windows = windows_of(ids, layout, tokens)
+        if not windows:
+            raise UsageError(f"the eval text ({name}) is {len(ids)} tokens: too short for a {context}-token context")
     except UsageError as exc:
         if eval_text is not None:     # asked for: the user hears why not
             raise
         return None, f"no quality on real text: {exc}"
-    context, windows = windows_of(ids, layout, tokens)
-    if not windows:
-        why = f"the eval text ({name}) is {len(ids)} tokens: too short for a {context}-token context"
-        if eval_text is not None:
-            raise UsageError(why)
-        return None, f"no quality on real text: {why} (the model's tokenizer reads little of it)"
     ref = QualityReference(name, context, windows)
     with torch.no_grad():
         for window in windows:
