@@ -1,5 +1,8 @@
 """The house's limits, measured: no module over 400 lines, no function over 50, no import cycle inside the
-package, and no target name spoken outside the target layer (edgeport/targets/).
+package, no target name spoken outside the target layer (edgeport/targets/), no task name spoken outside the
+task layer (edgeport/pipeline/tasks/; targets may name their own methods "forward"), and a row's policy (its
+budget, whether it is required) decided in one place: only the plan (edgeport/pipeline/plan.py) calls
+``budget_for`` / ``is_required``.
 
     python scripts/structure.py            # prints what is over a limit; exit 1 if anything is
 
@@ -15,6 +18,16 @@ from pathlib import Path
 
 MODULE_LINES, FUNCTION_LINES = 400, 50
 TARGET_LAYER = ("targets/",)
+TASK_LAYER = ("pipeline/tasks/", "targets/")
+POLICY = re.compile(r"\b(budget_for|is_required)\b")
+POLICY_HOMES = ("config.py", "pipeline/plan.py")   # where they are defined; where they are called
+
+
+def task_words(package: Path) -> re.Pattern:
+    """Quoted task names, read from the task table (so a new task is covered too)."""
+    table = (package / "pipeline" / "tasks" / "__init__.py").read_text()
+    names = re.findall(r'^\s+"([a-z0-9_-]+)": "edgeport\.pipeline\.tasks\.', table, re.M)
+    return re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, names)))
 
 
 def target_words(package: Path) -> re.Pattern:
@@ -45,7 +58,7 @@ def imports(tree: ast.AST, me: str, is_package: bool) -> set[str]:
 def problems(package: Path) -> list[str]:
     files = sorted(package.rglob("*.py"))
     modules = {module_name(package, p): p for p in files}
-    words, graph, out = target_words(package), {}, []
+    words, tasks, graph, out = target_words(package), task_words(package), {}, []
     for name, path in modules.items():
         text, rel = path.read_text(), str(path.relative_to(package))
         lines = text.splitlines()
@@ -59,8 +72,18 @@ def problems(package: Path) -> list[str]:
         if not rel.startswith(TARGET_LAYER):
             out += [f"{rel}:{i}: target name outside the target layer" for i, line in enumerate(lines, 1)
                     if words.search(line) and not line.lstrip().startswith("#")]
+        out += spoken(rel, lines, tasks, TASK_LAYER, "task name outside the task layer")
+        out += spoken(rel, lines, POLICY, POLICY_HOMES, "a row's policy decided outside the plan")
     out += [f"import cycle: {a} <-> {b}" for a in graph for b in graph[a] if a < b and a in reachable(graph, b)]
     return out + package_cycles(graph)
+
+
+def spoken(rel: str, lines: list[str], pattern: re.Pattern, homes: tuple, what: str) -> list[str]:
+    """``rel``'s code lines (not comments) that match ``pattern``, unless ``rel`` is under one of ``homes``."""
+    if rel.startswith(homes):
+        return []
+    return [f"{rel}:{i}: {what}" for i, line in enumerate(lines, 1)
+            if pattern.search(line) and not line.lstrip().startswith("#")]
 
 
 def package_cycles(graph: dict) -> list[str]:

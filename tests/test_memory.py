@@ -212,6 +212,7 @@ def test_text_generation_is_refused_before_its_export(tmp_path):
 def test_generation_rows_are_all_built_before_the_programs_go_and_the_judges_load(tmp_path):
     """Text generation builds every row, then releases what only the conversions needed (the programs:
     the weights once), then judges: a runtime's copies of the weights never sit beside the programs."""
+    from edgeport.pipeline.plan import Plan, row_policies
     from edgeport.pipeline.run import run_rows
     from edgeport.pipeline.tasks import Built, Task
     from edgeport.targets.base import Converted
@@ -229,8 +230,8 @@ def test_generation_rows_are_all_built_before_the_programs_go_and_the_judges_loa
 
     task = Task("text-generation", prepare=None, build=build, judge=judge, manifest=None, owns_directory=None,
                 reference_from=None, rejudge=None, release_after_builds=lambda s, rows: events.append(("release", len(rows))))
-    plan = SimpleNamespace(task=task, rows=[(get_target("onnx"), "fp32"), (get_target("litert"), "fp32")],
-                           skipped=[], not_offered=[], config={}, budget_flags=[])
+    rows = [(get_target("onnx"), "fp32"), (get_target("litert"), "fp32")]
+    plan = Plan(rows, {}, [], task=task, policies=row_policies([(t.name, v) for t, v in rows], {}, [], True))
     session = SimpleNamespace(progress=None, judge=SimpleNamespace(latency=False))
     rows = run_rows(session, plan, tmp_path, lambda _step: None)
     assert events == [("build", "onnx"), ("build", "litert"), ("release", 2), ("judge", "onnx"), ("judge", "litert")]

@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
 def collected(task):
     """``task``, collecting after itself (:func:`edgeport.core.memory.collect`): Ray runs task after task in one
@@ -55,8 +54,8 @@ def export_model(payload: dict):
     from edgeport.config import load_config, parse_budget_flags
     from edgeport.targets.registry import get_target
     from edgeport.pipeline import task
-    from edgeport.pipeline.tasks import get_task
-    from edgeport.pipeline.plan import load_user_decompositions
+    from edgeport.pipeline.tasks import default_task
+    from edgeport.pipeline.plan import Plan, load_user_decompositions, row_policies
     from edgeport.core.proc import redirected
     from edgeport.pipeline.run import RUN_LOG, prepare
     from edgeport.quantize.policy import parse_policy
@@ -68,10 +67,11 @@ def export_model(payload: dict):
     try:
         with redirected(staging / RUN_LOG):
             rows = [(get_target(t), v) for t, v in payload["rows"]]   # also what the pre-flight check weighs
-            the_plan = SimpleNamespace(decompositions=load_user_decompositions(opts.source.decompositions),
-                                       fallback=parse_policy(opts.fallback, opts.fallback_max), rows=rows,
-                                       config=load_config(opts.judge.config), task=get_task("forward"),
-                                       budget_flags=parse_budget_flags(opts.judge.budgets))  # budgets vs outputs
+            config, flags = load_config(opts.judge.config), parse_budget_flags(opts.judge.budgets)
+            the_task = default_task()
+            the_plan = Plan(rows, config, flags, decompositions=load_user_decompositions(opts.source.decompositions),
+                            fallback=parse_policy(opts.fallback, opts.fallback_max), task=the_task,
+                            policies=row_policies(payload["rows"], config, flags, the_task.generative))  # budgets vs outputs
             try:
                 prepared = prepare(staging, opts, the_plan, lambda _m: None, timings)
             except ExportFailed as exc:

@@ -22,6 +22,26 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class RowPolicy:
+    """One row's policy, decided once, by the plan: the budget its judge applies (the target's own, then the
+    config's tables, then --budget flags; the built-in default rides along as ``budget['builtin']``) and
+    whether its failure fails the run. Every later stage reads it from here (a row worker from its spec),
+    so no stage can decide "which budget" or "generative?" its own way. ``budget`` is None for a row that
+    is never built (skipped: its task or target cannot, or the target does not offer the variant)."""
+
+    budget: dict | None
+    required: bool
+
+
+def row_policies(keys, config: dict, flags: list, generative: bool, built: bool = True) -> dict:
+    """{(target name, variant): RowPolicy}; a budget that gates nothing is exit 2 here, before any work."""
+    from edgeport.config import budget_for, is_required
+
+    return {(t, v): RowPolicy(budget_for(t, v, config, flags, generative) if built else None,
+                              is_required(t, v, config)) for t, v in keys}
+
+
+@dataclass(frozen=True)
 class Plan:
     """What will run, decided (and validated) before any heavy work starts."""
 
@@ -36,14 +56,19 @@ class Plan:
     skipped: list = field(default_factory=list)   # (Target, variant, why): requested rows the task cannot build
     not_offered: list = field(default_factory=list)   # (Target, variant, why): a -q variant a target lacks (optional)
     limits: object = None              # edgeport.pipeline.limits.Requested: --row-timeout / --row-memory / [limits]
+    policies: dict = field(default_factory=dict)  # (target name, variant) -> RowPolicy, every row's (row_policies)
+
+    def policy(self, target, variant: str) -> RowPolicy:
+        """The row's policy as the plan decided it (``target``: a Target or its name)."""
+        return self.policies[(getattr(target, "name", target), variant)]
 
 
 def plan(opts: ConvertOptions) -> Plan:
-    from edgeport.config import budget_for, load_config, parse_budget_flags
+    from edgeport.config import load_config, parse_budget_flags
     from edgeport.pipeline.limits import requested
     from edgeport.pipeline.outdir import check_junit, check_output_dir, input_paths
 
-    from edgeport.pipeline.tasks import get_task
+    from edgeport.pipeline.tasks import task_of
     from edgeport.pipeline.tasks.text_generation.plan import plan_generation
 
     targets = requested_targets(opts.targets)
@@ -66,12 +91,14 @@ def plan(opts: ConvertOptions) -> Plan:
     check_junit(opts.output.junit)
     config, flags = load_config(opts.judge.config), parse_budget_flags(opts.judge.budgets)
     limits = requested(opts.row_timeout, opts.row_memory, config)
-    for target, variant in rows:  # a budget that gates nothing is exit 2 before any work
-        budget_for(target.name, variant, config, flags, generative=generation is not None)
+    task = task_of(generation)
+    skipped = generation.skipped if generation else []
+    policies = {**row_policies([(t.name, v) for t, v, _why in skipped], config, flags, task.generative, built=False),
+                **{(t.name, v): RowPolicy(None, False) for t, v, _why in not_offered},   # optional: not offering it is no failure
+                **row_policies([(t.name, v) for t, v in rows], config, flags, task.generative)}
     return Plan(rows, config, flags, read_baseline(opts.judge.baseline, config),
-                load_user_decompositions(opts.source.decompositions), generation, fallback,
-                get_task("text-generation" if generation else "forward"), generation.skipped if generation else [],
-                not_offered, limits)
+                load_user_decompositions(opts.source.decompositions), generation, fallback, task, skipped,
+                not_offered, limits, policies)
 
 
 def requested_targets(names) -> list:

@@ -102,9 +102,9 @@ def run_row(target, variant: str, session, staging: Path, budget: dict, required
 def build_row(target, variant: str, session, staging: Path, budget: dict, required: bool = True,
               task=None) -> tuple[Row, object]:
     """(row, the task's Built, or None when the row is finished already: skipped or failed to build)."""
-    from edgeport.pipeline.tasks import get_task
+    from edgeport.pipeline.tasks import default_task
 
-    task = task or get_task("forward")
+    task = task or default_task()
     row = Row(target.name, variant, required=required)
     skipped = skip_reason(target)
     if skipped:
@@ -128,9 +128,9 @@ def build_row(target, variant: str, session, staging: Path, budget: dict, requir
 def judge_row(row: Row, target, built, session, staging: Path, task=None) -> Row:
     """The built row's artifact judged by ``task`` (its runtime's log lines into the row's log)."""
     from edgeport.core.progress import scoped
-    from edgeport.pipeline.tasks import get_task
+    from edgeport.pipeline.tasks import default_task
 
-    task = task or get_task("forward")
+    task = task or default_task()
     cached = " (artifact from the cache)" if row.details.get("cache") == "hit" else ""
     timed = ", latency" if session.judge.latency else ""
     scoped(session.progress, f"{target.name} {row.variant}")(f"judge: load, run, parity{timed}{cached}")

@@ -133,15 +133,14 @@ def check_budgets_apply(the_plan, signature) -> None:
 
     outputs = [(o.name, o.shape, o.dtype) for o in signature.outputs]
     for target, variant in the_plan.rows:
-        check_applies(_budget(the_plan, target, variant), outputs, f"budget of {target.name}.{variant}")
+        check_applies(the_plan.policy(target, variant).budget, outputs, f"budget of {target.name}.{variant}")
 
 
 def write_failed(staging: Path, opts: ConvertOptions, the_plan, error: str, timings: dict) -> dict:
     """Every row failed with the same error (the export, or in a fleet the load): report still written."""
-    from edgeport.config import is_required
     from edgeport.validate.report import write_outputs
 
-    rows = [{**failed_row(t.name, v, error), "required": is_required(t.name, v, the_plan.config)}
+    rows = [{**failed_row(t.name, v, error), "required": the_plan.policy(t, v).required}
             for t, v in the_plan.rows]
     spec = opts.source.gguf["spec"] if opts.source.gguf else opts.source.model
     report = assemble(spec, rows, None, the_plan.task, timings, opts.judge.threads, the_plan.baseline,
@@ -194,7 +193,6 @@ def run_rows(session, the_plan, staging: Path, progress: Progress, watch=None) -
     ``release_after_builds`` builds every row first, lets go of what only building needed (a generative
     model's programs: the weights once), then judges: the runtimes' own copies never sit beside them.
     ``watch`` (:class:`edgeport.pipeline.stop.Watch`) hears each finished row."""
-    from edgeport.config import is_required
     from edgeport.core.memory import collect
     from edgeport.pipeline.row import build_row, judge_row, run_row
     from edgeport.pipeline.stop import Watch
@@ -202,9 +200,9 @@ def run_rows(session, the_plan, staging: Path, progress: Progress, watch=None) -
     task, rows, built = the_plan.task, [], []
     done = (watch or Watch(progress)).finished
     for target, variant in the_plan.rows:
-        progress(f"{target.name} {variant}" + ("" if task.name == "forward" else f" ({task.name})"))
-        args = (target, variant, session, staging, _budget(the_plan, target, variant),
-                is_required(target.name, variant, the_plan.config), task)
+        progress(task.row_label(target.name, variant))
+        policy = the_plan.policy(target, variant)
+        args = (target, variant, session, staging, policy.budget, policy.required, task)
         if task.release_after_builds is None:
             rows.append(run_row(*args).to_json())
             done(rows[-1])
@@ -225,20 +223,11 @@ def run_rows(session, the_plan, staging: Path, progress: Progress, watch=None) -
 def skipped_rows(the_plan) -> list[dict]:
     """The rows the plan cannot build (a target without text-generation support, a variant a target does
     not offer), skipped with the reason."""
-    from edgeport.config import is_required
     from edgeport.pipeline.row import Row
 
-    rows = [Row(target.name, variant, status="skipped", error=why,
-                required=is_required(target.name, variant, the_plan.config)).to_json()
-            for target, variant, why in the_plan.skipped]
-    return rows + [Row(target.name, variant, status="skipped", error=why, required=False).to_json()
-                   for target, variant, why in the_plan.not_offered]
-
-
-def _budget(the_plan, target, variant: str) -> dict:
-    from edgeport.config import budget_for
-
-    return budget_for(target.name, variant, the_plan.config, the_plan.budget_flags, the_plan.task.name != "forward")
+    return [Row(target.name, variant, status="skipped", error=why,
+                required=the_plan.policy(target, variant).required).to_json()
+            for target, variant, why in [*the_plan.skipped, *the_plan.not_offered]]
 
 
 def run_rows_parallel(session, the_plan, staging: Path, watch, opts: ConvertOptions, jobs: int) -> list[dict]:

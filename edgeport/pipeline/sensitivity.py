@@ -27,8 +27,8 @@ class SensitivityTable:
 def sensitivity_tables(source, targets: list[str], variants: list[str], judge, calibration_data: str | None = None,
                        progress=None) -> list[SensitivityTable]:
     """Raises UsageError for bad input (no variant that can keep layers float among those asked for)."""
-    from edgeport.config import budget_for, load_config, parse_budget_flags
-    from edgeport.pipeline.plan import check_judge, check_variants, requested_targets
+    from edgeport.config import load_config, parse_budget_flags
+    from edgeport.pipeline.plan import check_judge, check_variants, requested_targets, row_policies
     from edgeport.core.proc import redirected
 
     chosen = requested_targets(targets)
@@ -39,9 +39,10 @@ def sensitivity_tables(source, targets: list[str], variants: list[str], judge, c
         raise UsageError("--sensitivity needs a quantized variant whose layers can stay float (-q int8 or "
                          "-q dynamic-int8 on a target that offers it)")
     config, flags = load_config(judge.config), parse_budget_flags(judge.budgets)
+    policies = row_policies([(t.name, v) for t, v in rows], config, flags, generative=False)
     with redirected():
         session = _session(source, judge, calibration_data, progress or (lambda _m: None))
-        return [_table(t, v, session, budget_for(t.name, v, config, flags)) for t, v in rows]
+        return [_table(t, v, session, policies[(t.name, v)].budget) for t, v in rows]
 
 
 def _session(source, judge, calibration_data, progress):

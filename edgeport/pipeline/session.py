@@ -79,6 +79,10 @@ class Session:
         extra.setdefault("progress", progress)
         return cls(program, example, signature, real + samples, reference, latency, judge, origin, data, **extra)
 
+    def judged_count(self) -> int:
+        """How many inputs every row is judged on (validate's report says so)."""
+        return len(self.samples)
+
     def verdict_inputs(self) -> dict:
         """What a cached verdict was judged on (:func:`edgeport.pipeline.reuse.verdict_key`)."""
         from edgeport.pipeline.reuse import judged_on

@@ -87,11 +87,9 @@ def stage_of(last: str | None, target: str, variant: str) -> str | None:
 def settle(the_plan, watch: Watch, block: dict, skipped: list[dict]) -> list[dict]:
     """Every row of the plan for a stopped in-process run, in plan order: finished ones as they are, the
     rest cancelled; then the rows the plan skipped (``skipped``), as always."""
-    from edgeport.config import is_required
-
     done = {(r["target"], r["variant"]): r for r in watch.done}
     rows = [done.get((target.name, variant)) or cancelled_row(
-            target.name, variant, is_required(target.name, variant, the_plan.config), block,
+            target.name, variant, the_plan.policy(target, variant).required, block,
             stage_of(watch.last, target.name, variant)) for target, variant in the_plan.rows]
     return rows + skipped
 

@@ -211,15 +211,14 @@ def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path 
     """Every task of one model: its rows (split into pieces where planned), longest first (split rows,
     then by the target's ``relative_cost``): started first, they end with the rest. ``weight_bytes``
     (the model's fp32 weights): each row's limits (:mod:`edgeport.pipeline.limits`), none without it."""
-    from edgeport.config import budget_for, is_required
     from edgeport.pipeline.limits import row_limits
 
     specs = []
     for index, ((target, variant), row_plan) in enumerate(zip(the_plan.rows, plans)):
         limits = row_limits(the_plan.limits, target, variant, weight_bytes) if weight_bytes is not None else None
-        spec = row_spec(shared, target.name, variant, budget_for(target.name, variant, the_plan.config,
-                        the_plan.budget_flags, the_plan.task.name != "forward"), is_required(target.name, variant, the_plan.config),
-                        work / str(index), log, index, limits)
+        policy = the_plan.policy(target, variant)
+        spec = row_spec(shared, target.name, variant, policy.budget, policy.required, work / str(index), log, index,
+                        limits)
         specs += [{**s, "cost": target.relative_cost} for s in expand(spec, row_plan)]
     return sorted(specs, key=lambda s: ("piece" not in s, -s["cost"]))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from edgeport.config import budget_for, is_required
 from edgeport.core.proc import redirected
 from edgeport.errors import UsageError, load_json
 from edgeport.pipeline.options import JudgeOptions
@@ -47,16 +46,28 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
     watch = Watch(progress)
     with redirected(directory / RUN_LOG):
         session, program = task.reference_from(directory, judge, reading, watch.progress)
-        budget = lambda r: budget_for(r.target, r.variant, config, flags, task.name != "forward")  # noqa: E731
-        rows, marks = rejudge_all(old["targets"], task, session, directory, budget, config, watch)
+        policies = directory_policies(old["targets"], config, flags, task)
+        rows, marks = rejudge_all(old["targets"], task, session, directory, policies, watch)
         report = assemble(old["model"]["spec"], rows, session, task, None, judge.threads, baseline,
                           program=program, params=old["model"].get("params"), config=config)
-        report["validated"] = {**stamp(), "threads": judge.threads, "samples": samples_of(session)}
+        report["validated"] = {**stamp(), "threads": judge.threads, "samples": session.judged_count()}
         report = write_outputs(directory, {**report, **marks, "passed": False} if marks else report, None, junit)
     return Result(report, directory, exit_code(report))
 
 
-def rejudge_all(old_rows: list[dict], task, session, directory: Path, budget, config: dict, watch) -> tuple:
+def directory_policies(old_rows: list[dict], config: dict, flags: list, task) -> dict:
+    """Every row's policy under today's settings, decided once as a convert's plan decides it: a budget for
+    each row with an artifact this edgeport can judge, whether it is required for all."""
+    from edgeport.pipeline.plan import row_policies
+    from edgeport.targets.registry import target_names
+
+    keys = [(r["target"], r["variant"]) for r in old_rows]
+    judged = [(r["target"], r["variant"]) for r in old_rows if r.get("artifact") and r["target"] in target_names()]
+    return {**row_policies(keys, config, flags, task.generative, built=False),
+            **row_policies(judged, config, flags, task.generative)}
+
+
+def rejudge_all(old_rows: list[dict], task, session, directory: Path, policies: dict, watch) -> tuple:
     """(rows, marks): every row judged again, each one's verdict line shown as it finishes. Stopped by
     SIGTERM after at least one row, the rows not judged yet are cancelled (their old numbers dropped: they
     are not today's) and ``marks`` says the report is incomplete; before any, the stop goes on up."""
@@ -64,22 +75,18 @@ def rejudge_all(old_rows: list[dict], task, session, directory: Path, budget, co
     from edgeport.pipeline import stop
 
     for row in old_rows:
-        watch.progress(f"{row['target']} {row['variant']}" + ("" if task.name == "forward" else f" ({task.name})"))
+        watch.progress(task.row_label(row["target"], row["variant"]))
         try:
-            watch.finished({**rejudge(row, task, session, directory, budget),
-                            "required": is_required(row["target"], row["variant"], config)})
+            watch.finished({**rejudge(row, task, session, directory, lambda r: policies[(r.target, r.variant)].budget),
+                            "required": policies[(row["target"], row["variant"])].required})
         except Terminated as exc:
             if not watch.done:
                 raise
             block = stop.stopped_block(exc, watch, [(SimpleNamespace(name=r["target"]), r["variant"]) for r in old_rows])
-            rest = [stop.cancelled_row(r["target"], r["variant"], is_required(r["target"], r["variant"], config), block,
+            rest = [stop.cancelled_row(r["target"], r["variant"], policies[(r["target"], r["variant"])].required, block,
                                        stop.stage_of(watch.last, r["target"], r["variant"])) for r in old_rows[len(watch.done):]]
             return watch.done + rest, {"incomplete": True, "stopped": block}
     return watch.done, {}
-
-
-def samples_of(session) -> int:
-    return len(getattr(session, "samples", None) or getattr(session, "prompts", None) or [])
 
 
 def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: Progress) -> tuple:

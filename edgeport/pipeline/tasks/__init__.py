@@ -71,10 +71,27 @@ class Task:
     # between (what only the conversions needed goes before the runtimes load their artifacts)
     release_after_builds: Callable[..., None] | None = None
     log_prefix: str = "convert"
+    # its rows are judged on generated tokens: budgets of the generation family (edgeport.config.budget_for),
+    # and its progress lines name the task (forward's, the default, do not)
+    generative: bool = False
+
+    def row_label(self, target: str, variant: str) -> str:
+        """A row's progress line."""
+        return f"{target} {variant}" + (f" ({self.name})" if self.generative else "")
 
 
 def get_task(name: str) -> Task:
     return importlib.import_module(TASK_MODULES[name]).TASK
+
+
+def default_task() -> Task:
+    """Forward: what a model that is not a causal LM (or a caller that names no task) is converted for."""
+    return get_task("forward")
+
+
+def task_of(generation) -> Task:
+    """The task a plan runs: text generation when the plan made a generation plan, else the default."""
+    return get_task("text-generation") if generation is not None else default_task()
 
 
 def task_for_directory(directory: Path) -> Task:
@@ -83,4 +100,4 @@ def task_for_directory(directory: Path) -> Task:
         task = get_task(name)
         if task.owns_directory(directory):
             return task
-    return get_task("forward")
+    return default_task()

@@ -157,6 +157,10 @@ class GenSession:
             self._programs_id = programs_id(self.programs, self.layout.to_json())
         return self._programs_id
 
+    def judged_count(self) -> int:
+        """How many prompts every row generates from (``samples`` is the programs' example inputs)."""
+        return len(self.prompts)
+
     def verdict_inputs(self) -> dict:
         from edgeport.pipeline.tasks.text_generation.reuse import verdict_inputs
 

@@ -25,4 +25,5 @@ TASK = Task("text-generation", prepare=session.prepare, build=rows.build, judge=
             owns_directory=directory.is_generative_dir, reference_from=directory.reference_from,
             rejudge=rows.rejudge, report_block=lambda s: s.report_block(), block_key="generation",
             sections=generation_sections, libraries=("transformers",), log_prefix="convert_generate",
+            generative=True,
             release_after_builds=session.release_programs)
