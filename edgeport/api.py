@@ -14,12 +14,12 @@ from pathlib import Path
 
 from edgeport.errors import UsageError
 from edgeport.targets.registry import target_names
-from edgeport.pipeline.options import ConvertOptions, JudgeOptions, OutputOptions, convert_options
+from edgeport.pipeline.options import ConvertOptions, GenerationOptions, JudgeOptions, OutputOptions, convert_options
 from edgeport.pipeline.run import Progress, Result
 from edgeport.pipeline.run import convert as _run_convert
 from edgeport.sources.spec import SourceOptions
 
-__all__ = ["ConvertOptions", "JudgeOptions", "OutputOptions", "Result", "SourceOptions", "convert",
+__all__ = ["ConvertOptions", "GenerationOptions", "JudgeOptions", "OutputOptions", "Result", "SourceOptions", "convert",
            "convert_options", "render", "target_names", "validate"]
 
 

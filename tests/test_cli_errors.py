@@ -157,3 +157,39 @@ def test_help_names_every_registered_target():
     result = run_cli("--help")
     assert result.returncode == 0
     assert all(name in result.stdout for name in target_names()), result.stdout
+
+
+def test_convert_flags_reach_their_typed_options_by_name(monkeypatch, tmp_path):
+    """The CLI builds ConvertOptions part by part (source, output, judge, generation): every flag lands in
+    the field named for it, the same options the keyword form builds."""
+    from typer.testing import CliRunner
+
+    from edgeport import api
+    from edgeport.cli.app import app
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(opts, progress=None):
+        seen.append(opts)
+        raise Stop
+
+    monkeypatch.setattr(api, "convert", fake)
+    args = ["convert", "m.py:build", "-t", "onnx", "-q", "dynamic-int8", "--input", "x:1x3:float32", "--hf-task",
+            "auto", "--seq-len", "7", "--dynamic", "batch", "--decompositions", "ns", "--trust-pickle", "--out",
+            str(tmp_path / "o"), "--force", "--junit", "j.xml", "--threads", "2", "--samples", "3", "--seed", "5",
+            "--data", "d.npz", "--no-latency", "--budget", "cosine_min=0.5", "--calibration-data", "c.npz",
+            "--task", "forward", "--fallback", "float", "--fallback-max", "2", "--no-cache", "--reuse-verdict",
+            "--max-memory", "3G", "-j", "1", "--row-timeout", "9m", "--row-memory", "5G"]
+    CliRunner().invoke(app, args)
+    [opts] = seen
+    expected = api.convert_options(
+        model="m.py:build", inputs=["x:1x3:float32"], hf_task="auto", seq_len=7, dynamic=["batch"], decompositions="ns",
+        trust_pickle=True, out=tmp_path / "o", force=True, junit=Path("j.xml"), threads=2, samples=3, seed=5,
+        data="d.npz", latency=False, budgets=["cosine_min=0.5"], targets=["onnx"], quantize=["dynamic-int8"],
+        calibration_data="c.npz", target_options=opts.target_options, task="forward", fallback="float",
+        fallback_max="2", cache=False, reuse_verdict=True, max_memory=3 * 1024 ** 3, jobs=1, row_timeout="9m",
+        row_memory="5G")
+    assert opts == expected

@@ -71,15 +71,14 @@ def convert(
     from edgeport import api
     from edgeport.core.memory import parse_memory
 
-    opts = api.convert_options(
-        model=model, inputs=input, hf_task=hf_task, seq_len=seq_len, dynamic=dynamic, decompositions=decompositions,
-        trust_pickle=trust_pickle, trust_remote_code=trust_remote_code, out=out, force=force, junit=junit, config=config,
-        threads=parse_threads(threads), samples=samples, seed=seed, data=data, latency=not no_latency, budgets=budget,
-        baseline=baseline, localize=localize, targets=target, quantize=quantize, calibration_data=calibration_data,
-        target_options=target_options, task=task, prefill_lens=prefill_len, cache_len=cache_len, gen_tokens=gen_tokens,
-        eval_text=eval_text, eval_tokens=eval_tokens, checks=checks, fallback=fallback, fallback_max=fallback_max,
-        cache=cache, reuse_verdict=reuse_verdict, jobs=jobs, max_memory=parse_memory(max_memory) if max_memory else None,
-        row_timeout=row_timeout or "auto", row_memory=row_memory or "auto")
+    opts = api.ConvertOptions(
+        api.SourceOptions(model, tuple(input), hf_task, seq_len, tuple(dynamic), decompositions, trust_pickle, trust_remote_code),
+        api.OutputOptions(out, force, junit),
+        api.JudgeOptions(parse_threads(threads), samples, seed, data, not no_latency, config, tuple(budget), baseline, localize),
+        tuple(target), tuple(quantize), calibration_data, target_options,
+        api.GenerationOptions(task, tuple(prefill_len), cache_len, gen_tokens, eval_text, eval_tokens, checks),
+        fallback, fallback_max, cache, reuse_verdict, parse_memory(max_memory) if max_memory else None, jobs,
+        row_timeout or "auto", row_memory or "auto")
     finish(with_progress(lambda progress: api.convert(opts, progress)))
 
 
