@@ -209,20 +209,67 @@ def test_a_model_opts_out_of_a_default_fallback(tmp_path):
     assert (models["plain"].fallback, models["plain"].fallback_max) == (None, None)
 
 
-def test_causal_lm_in_a_fleet_is_exit_2_unless_forward(tmp_path):
-    """A fleet runs forward conversions; a causal LM (text generation by default) is refused naming the entry,
-    and task = "forward" passes the checks."""
+def test_causal_lm_in_a_fleet_is_planned_for_text_generation(tmp_path):
+    """A causal LM in a fleet is planned as `edgeport convert` plans it (text generation by default, its
+    keys checked: a bad prefill_lens is exit 2 naming the entry); task = "forward" plans the forward task."""
     import tiny_lm
+
+    from edgeport.fleet.spec import read_fleet
 
     tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
     entry = "[[model]]\nname = 'lm'\nspec = 'hf:./llama'\ntargets = ['onnx']\n"
-    (tmp_path / "fleet.toml").write_text(entry)
+    (tmp_path / "fleet.toml").write_text(entry + "prefill_lens = ['8']\n")
     result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out")
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stdout + result.stderr
-    assert "('lm'): hf:" in result.stderr and "text generation" in result.stderr, result.stderr
+    assert "('lm'): prefill_lens must be a list of integers" in result.stderr, result.stderr
+    (tmp_path / "fleet.toml").write_text(entry + "prefill_lens = [8]\ncache_len = 32\ngen_tokens = 4\n")
+    [lm] = read_fleet(tmp_path / "fleet.toml", tmp_path / "out").models
+    assert lm.plan.task.generative and not lm.plan.task.parallel and lm.plan.generation.cache_len == 32
     (tmp_path / "fleet.toml").write_text(entry + "task = 'forward'\nseq_len = 8\n")
-    result = run_cli("fleet", tmp_path / "fleet.toml", "--out", tmp_path / "out", "--ray-address", "bogus")
-    assert result.returncode == 2 and "is not HOST:PORT" in result.stderr, result.stderr   # past the plan
+    [lm] = read_fleet(tmp_path / "fleet.toml", tmp_path / "out").models
+    assert not lm.plan.task.generative and lm.plan.task.parallel
+
+
+LLM_FLEET = """
+[defaults]
+targets = ["onnx"]
+samples = 2
+latency = false
+
+[[model]]
+name = "lm"
+spec = "hf:./llama"
+prefill_lens = [8]
+cache_len = 32
+gen_tokens = 4
+eval_tokens = 24
+
+[[model]]
+name = "mlp"
+spec = "models.py:mlp"
+"""
+
+
+@pytest.mark.slow
+def test_a_fleet_converts_an_llm_for_text_generation_beside_a_forward_model(tmp_path):
+    """Text generation in a fleet: the LM is one Ray task converting it whole (its rows share the programs
+    and the reference), published with the usual generation report and manifest beside a forward model."""
+    import tiny_lm
+
+    tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    (tmp_path / "models.py").write_text((REPO / "tests" / "models.py").read_text())
+    (tmp_path / "fleet.toml").write_text(LLM_FLEET)
+    result = run_cli("fleet", "fleet.toml", "--out", tmp_path / "out", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fleet = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    assert fleet["passed"] and [m["name"] for m in fleet["models"]] == ["lm", "mlp"]
+    lm = read_report(tmp_path / "out" / "lm")
+    assert lm["generation"]["task"] == "text-generation" and lm["generation"]["prompts"] == 2
+    [row] = lm["targets"]
+    assert (row["target"], row["status"]) == ("onnx", "ok") and row["generation"]["token_agreement"] == 1.0
+    assert read_manifest(tmp_path / "out" / "lm")["generation"]["cache_len"] == 32
+    assert read_report(tmp_path / "out" / "mlp")["passed"]
+    assert sorted(p.name for p in (tmp_path / "out" / "lm").iterdir() if p.name.startswith(".")) == [".edgeport"]
 
 
 def _closed_port() -> int:

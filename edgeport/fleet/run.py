@@ -1,7 +1,9 @@
 """``edgeport fleet``: every model of a fleet file exported once and its rows converted, as Ray tasks.
 
 The task graph: one export task per model (load, torch.export, samples, PyTorch's reference) and, when it
-finishes, one task per (target, variant) row of that model, all sharing that export. Tasks ask Ray for
+finishes, one task per (target, variant) row of that model, all sharing that export. A model whose task
+keeps its rows in one process (``Task.parallel`` false: text generation) is one task that converts it whole
+(:func:`edgeport.fleet.tasks.convert_model`); models still run side by side. Tasks ask Ray for
 CPUs and memory and are retried when their worker dies (``max_retries``; a Python exception is a result,
 not retried). The driver (this process) only schedules, merges each model's rows into its staging
 directory in plan order and publishes it, exactly as ``edgeport convert`` lays out its --out.
@@ -20,6 +22,9 @@ from types import SimpleNamespace
 from edgeport.diagnostics import first_line
 from edgeport.errors import Terminated
 from edgeport.pipeline.validate import LATENCY_NOTE  # noqa: F401  (added to fleet rows; validate strips it)
+
+
+WHOLE = "whole"   # a pending task that converts its model whole (Scheduler._converted)
 
 
 @dataclass
@@ -44,10 +49,11 @@ class Scheduler:
         self.board = _board_class(ray).remote()
         options = dict(num_cpus=fleet.ray.cpus_per_task, memory=fleet.ray.memory_per_task,
                        max_retries=fleet.ray.max_retries, retry_exceptions=False)
-        from edgeport.fleet.tasks import export_model, run_row
+        from edgeport.fleet.tasks import convert_model, export_model, run_row
 
         self.export_fn = ray.remote(num_returns=2, **options)(export_model)
         self.row_fn = ray.remote(**options)(run_row)
+        self.whole_fn = ray.remote(**options)(convert_model)
         self.pending: dict = {}        # ObjectRef -> (ModelRun, row index or None)
         self.states: dict[str, str] = {}
         self.attempts: dict[str, int] = {}   # task key -> attempts started (from the board)
@@ -62,15 +68,44 @@ class Scheduler:
             payload = {"name": model.name, "opts": model.opts, "ship": self.ship, "staging": str(run.staging),
                        "cache_root": self.cache_root, "board": self.board,
                        "rows": [(t.name, v) for t, v in model.plan.rows]}
-            meta_ref, run.blob = self.export_fn.remote(payload)
-            self._submitted(meta_ref, run, None, f"{model.name}/export")
+            if model.plan.task.parallel:
+                meta_ref, run.blob = self.export_fn.remote(payload)
+                self._submitted(meta_ref, run, None, f"{model.name}/export")
+            else:
+                self._submitted(self.whole_fn.remote(payload), run, WHOLE, f"{model.name}/convert")
         while self.pending:
             ready, _ = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0.5)
             for ref in ready:
                 run, index = self.pending.pop(ref)
-                self._exported(run, ref) if index is None else self._row_done(run, index, ref)
+                if index is None:
+                    self._exported(run, ref)
+                elif index == WHOLE:
+                    self._converted(run, ref)
+                else:
+                    self._row_done(run, index, ref)
             self._refresh()
         return self.runs
+
+    def _converted(self, run: ModelRun, ref) -> None:
+        """A model converted whole: its files placed (shipping), its staging directory published."""
+        from edgeport.pipeline.outdir import publish
+
+        key = f"{run.model.name}/convert"
+        result = self._get(ref, lambda error: {"error": error})
+        if "error" in result:
+            self.states[key], run.error = "failed", result["error"]
+            self._finish(run, {"ok": False, "stage": "convert", "error": result["error"], "timings": {}})
+            return
+        for rel, data in (result.get("files") or {}).items():
+            path = run.staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        self.states[key] = "done" if result["report"].get("passed") else "failed"
+        try:
+            publish(run.staging, run.model.opts.output.out)
+            run.report = result["report"]
+        except Exception as exc:  # our bug: this model fails, the fleet goes on
+            run.error = f"could not publish: {first_line(exc)}"
 
     def _submitted(self, ref, run: ModelRun, index: int | None, key: str) -> None:
         self.pending[ref] = (run, index)

@@ -38,6 +38,9 @@ KEYS = {
     "config": ("config", "path"), "budgets": ("budgets", list), "baseline": ("baseline", "path"),
     "localize": ("localize", bool), "calibration_data": ("calibration_data", "path"), "cache": ("cache", bool),
     "reuse_verdict": ("reuse_verdict", bool), "fallback": ("fallback", str), "fallback_max": ("fallback_max", "cap"),
+    # text generation (task = "text-generation", or "auto" on a causal LM)
+    "prefill_lens": ("prefill_lens", "ints"), "cache_len": ("cache_len", int), "gen_tokens": ("gen_tokens", int),
+    "eval_text": ("eval_text", "path"), "eval_tokens": ("eval_tokens", int), "checks": ("checks", "path"),
 }
 MODEL_ONLY = ("name", "spec")
 RAY_KEYS = {"cpus_per_task": (int, float), "memory_per_task": (str,), "max_retries": (int,)}
@@ -118,9 +121,6 @@ def read_model(entry: dict, number: int, defaults: dict, path: Path, out: Path, 
         the_plan = plan(opts)
     except UsageError as exc:
         raise UsageError(f"{label}: {exc}") from None
-    if the_plan.generation is not None:
-        raise UsageError(f"{label}: {spec} is converted for text generation (prefill/decode), which a fleet does not "
-                         f"run yet; convert it with `edgeport convert`, or set task = \"forward\"")
     return FleetModel(name, opts, the_plan)
 
 
@@ -196,6 +196,10 @@ def _value(key: str, value, kind, base: Path, label: str):
         if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
             return str(value)
         raise UsageError(f"{label}: {key} must be a layer count or a share like \"25%\", got {value!r}")
+    if kind == "ints":
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise UsageError(f"{label}: {key} must be a list of integers, got {value!r}")
+        return tuple(value)
     if kind is list:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError(f"{label}: {key} must be a list of strings, got {value!r}")

@@ -1,4 +1,5 @@
-"""What a fleet's Ray tasks run: export one model, run one row. Plain functions (the driver wraps them with
+"""What a fleet's Ray tasks run: export one model, run one row, or convert one model whole (a task whose rows
+share in-memory state: text generation's programs and reference). Plain functions (the driver wraps them with
 ``ray.remote``), so this module imports nothing heavy and works the same on a node of a cluster.
 
 Two ways files travel. On the local Ray instance every task sees the driver's file system: the export
@@ -96,6 +97,32 @@ def _blob(staging: Path) -> dict:
     log = staging / RUN_LOG
     return {"program": (staging / PROGRAM_FILE).read_bytes(), "inputs": (staging / INPUTS_FILE).read_bytes(),
             "log": log.read_text(errors="replace") if log.is_file() else ""}
+
+
+@collected
+def convert_model(payload: dict) -> dict:
+    """One model converted whole, as ``edgeport convert`` converts it (:func:`edgeport.pipeline.run.convert_into`,
+    every row in this process): for a task whose rows are not split into Ray tasks (text generation's rows
+    share the prefill/decode programs and the reference in memory). The plan is made again here from the
+    options the fleet file checked (same checks, nothing pickled but options). Returns ``{"report"}`` and,
+    when shipping (a cluster), ``{"files"}``: the staging directory's bytes for the driver to place."""
+    from edgeport.core.proc import redirected
+    from edgeport.core.scratch import run_scratch
+    from edgeport.pipeline.plan import plan
+    from edgeport.pipeline.run import RUN_LOG, convert_into, from_gguf
+
+    started(payload, f"{payload['name']}/convert")
+    opts, ship = payload["opts"], payload["ship"]
+    staging = Path(tempfile.mkdtemp(prefix="edgeport-model-")) if ship else Path(payload["staging"])
+    try:
+        the_plan = plan(opts)
+        with redirected(staging / RUN_LOG), run_scratch(staging):   # scratch: removed before the files go
+            report = convert_into(staging, from_gguf(opts, lambda _m: None), the_plan, lambda _m: None)
+        files = {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*") if p.is_file()} if ship else None
+        return {"report": report, "files": files}
+    finally:
+        if ship:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 @collected
