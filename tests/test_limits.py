@@ -86,9 +86,9 @@ def test_in_process_rows_stopped_by_sigterm_publish_what_finished(tmp_path, monk
     from edgeport import api
     from edgeport.pipeline import row
 
-    real, calls = row.run_row, []
+    real, calls = row.build_row, []
 
-    def run_row(*args, **kwargs):
+    def build_row(*args, **kwargs):
         calls.append(args[1])
         if len(calls) == 2:
             (args[3] / "onnx").mkdir(exist_ok=True)
@@ -96,7 +96,7 @@ def test_in_process_rows_stopped_by_sigterm_publish_what_finished(tmp_path, monk
             raise Terminated(signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(row, "run_row", run_row)
+    monkeypatch.setattr(row, "build_row", build_row)
     opts = api.convert_options(model=f"{MODELS}:mlp", targets=["onnx"], quantize=["int8"], out=tmp_path / "out",
                                latency=False, samples=2, cache=False, jobs=1, row_timeout="none", row_memory="none")
     result = api.convert(opts)
@@ -223,3 +223,47 @@ def test_the_preflight_estimate_counts_a_row_worker_beside_the_driver():
     rows, weights = [(get_target("onnx"), "fp32")], 10**9
     alone, isolated = memory.estimate(weights, rows), memory.estimate(weights, rows, workers=True)
     assert isolated.memory == alone.memory + weights + memory.BASE_BYTES and "row worker" in isolated.by
+
+
+def test_a_row_in_this_process_past_its_time_limit_is_interrupted_even_through_except_exception():
+    """bounded(): the block is interrupted with RowStopped (a BaseException: a converter's `except Exception`
+    cannot swallow it), naming the step; a block that ends in time is untouched and leaves no handler armed."""
+    from edgeport.pipeline.limits import RowStopped, bounded
+
+    start = time.monotonic()
+    with pytest.raises(RowStopped) as stopped:
+        with bounded({"seconds": 1.0, "memory": None, "where": "flag"}, lambda: "onnx fp32: lowering"):
+            try:
+                time.sleep(60)
+            except Exception:   # what a library's broad handler would do
+                time.sleep(60)
+    assert time.monotonic() - start < 10
+    assert "past its time limit of 1.0s" in str(stopped.value) and "during 'lowering'" in str(stopped.value)
+    assert stopped.value.limit["kind"] == "time" and stopped.value.limit["stage"] == "lowering"
+    with bounded({"seconds": 30.0, "memory": None}, lambda: None):
+        value = sum(range(1000))
+    os.kill(os.getpid(), signal.SIGUSR2)   # a late interrupt after its block ended is ignored
+    time.sleep(0.1)
+    assert value == 499500
+
+
+@pytest.mark.slow
+def test_text_generation_rows_past_a_limit_fail_alone_in_the_driver(tmp_path):
+    """Text generation's rows run in the driver process (they share the programs and the reference): a
+    row that grows past --row-memory is stopped there, fails naming the step and what it used, leaves no
+    half-written files, and the other row is judged and published."""
+    import tiny_lm
+
+    model = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    env = {**os.environ, "EDGEPORT_TEST_STALL": "onnx/dynamic-int8=grow"}
+    result = run_cli("convert", f"hf:{model}", "-t", "onnx", "-q", "dynamic-int8", "--prefill-len", "8", "--cache-len",
+                     "32", "--gen-tokens", "4", "--no-latency", "--no-cache", "--row-memory", "1G", "--out",
+                     tmp_path / "out", env=env, timeout=600)
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = _rows(tmp_path / "out")
+    assert rows["fp32"]["status"] == "ok" and rows["fp32"]["generation"]["token_agreement"] == 1.0
+    stopped = rows["dynamic-int8"]
+    assert stopped["status"] == "failed" and "past its memory limit of 1.0 GiB" in stopped["error"]
+    assert "during 'test stall'" in stopped["error"] and stopped["limit"]["peak_memory_bytes"] > 1 << 30
+    assert "onnx dynamic-int8: failed — stopped: past its memory limit" in result.stdout
+    assert not list((tmp_path / "out" / "onnx").glob("*dynamic*int8*.onnx*"))

@@ -4,7 +4,10 @@ published. Why: one converter stuck on one model (ExecuTorch lowering an unrolle
 7.2 GB, 5,000x the weights) must not cost the rows that passed when the CI job's own timeout kills the run.
 
 How: every forward row runs in a worker process (:mod:`edgeport.pipeline.workers`) whenever a limit
-applies, which is by default. The driver samples the worker's process tree (the worker and what it
+applies, which is by default. A row that runs in the driver process (text generation's rows, which share the
+prefill/decode programs and the reference in memory; a program with custom ops) is bounded there
+(:func:`bounded`): its build and its judge each get the row's limits, and past one the row is interrupted
+with :class:`RowStopped` and fails the same way. The driver samples the worker's process tree (the worker and what it
 started, e.g. a TPU compile) every :data:`SAMPLE_SECONDS` and kills the tree past a limit. Memory is the
 sum of Pss (``/proc/PID/smaps_rollup``): pages the fork server's children share copy-on-write count once.
 An address-space rlimit would not do: jax/XLA and the converters reserve far more virtual memory than they
@@ -19,10 +22,14 @@ both off (and ``-j 1``) rows run one after another in the driver process as befo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from edgeport.errors import UsageError
 
@@ -168,3 +175,78 @@ def stopped_message(kind: str, limits: dict, stage: str | None, seconds: float, 
     source = "default from the pre-flight estimate; " if limits.get("where") == "default" else ""
     return (f"stopped: past its {kind} limit of {limit} ({source}{flag} sets it) during "
             f"'{stage or 'start'}', after {duration(seconds)} at {peak / GIB:.2f} GiB peak memory")
+
+
+# ------------------------------------------------------------------------------ a row in the driver process
+
+class RowStopped(BaseException):
+    """A row in this process past one of its limits (:func:`bounded`): the message names the limit, the step
+    and what the row had used; ``limit`` is the report's block, as a worker's stopped row carries. A
+    BaseException, as KeyboardInterrupt is: a converter's ``except Exception`` must not swallow the stop."""
+
+    def __init__(self, message: str, limit: dict):
+        super().__init__(message)
+        self.limit = limit
+
+
+_ACTIVE: dict = {}   # the bounded block in progress: what the watcher found past a limit ("fired")
+INTERRUPT = signal.SIGUSR2
+REFIRE_SECONDS = 10.0
+
+
+def _interrupted(_signum, _frame) -> None:
+    """The interrupt's handler (installed once, never removed: a signal arriving after its block ended is
+    ignored rather than left to the default action, which would end the process)."""
+    fired = _ACTIVE.get("fired")
+    if fired is not None:
+        raise RowStopped(*fired)
+
+
+@contextlib.contextmanager
+def bounded(limits: dict, stage: Callable[[], str | None]):
+    """The block (one row's build, or its judge) under ``limits`` in this process. A watcher thread samples
+    every :data:`SAMPLE_SECONDS` the time and the memory the block added (Pss of this process and what it
+    started, over what they held when it began); past a limit it kills the processes the block started and
+    interrupts the main thread with a signal whose handler raises :class:`RowStopped`. What it cannot stop: a
+    native call that never returns to Python (the exception lands when it does) or that allocates past the
+    machine before the next sample."""
+    if not (limits.get("seconds") or limits.get("memory")) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(INTERRUPT) is not _interrupted:
+        signal.signal(INTERRUPT, _interrupted)
+    done = threading.Event()
+    _ACTIVE.clear()
+    watcher = threading.Thread(target=_watch_block, args=(limits, stage, done), name="edgeport-row-limits", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        _ACTIVE.clear()
+
+
+def _watch_block(limits: dict, stage: Callable[[], str | None], done: threading.Event) -> None:
+    """:func:`bounded`'s watcher: sample until the block ends or passes a limit; then stop it (again every
+    :data:`REFIRE_SECONDS` until it has ended: a bare ``except`` in a library may have eaten one)."""
+    me, start, peak = os.getpid(), time.monotonic(), 0
+    before, base = set(descendants(me)), tree_pss(me)
+    while not done.wait(SAMPLE_SECONDS):
+        peak = max(peak, tree_pss(me) - base)
+        seconds = time.monotonic() - start
+        kind = past_limit(limits, seconds, peak)
+        if kind:
+            where = stage()
+            where = where.split(": ", 1)[-1] if where else None
+            limit = {"kind": kind, **{k: limits.get(k) for k in ("seconds", "memory")}, "stage": where,
+                     "seconds_used": round(seconds, 1), "peak_memory_bytes": peak}
+            _ACTIVE["fired"] = (stopped_message(kind, limits, where, seconds, peak), limit)
+            break
+    while not done.is_set():
+        for pid in reversed(descendants(me)):
+            if pid not in before:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        signal.pthread_kill(threading.main_thread().ident, INTERRUPT)
+        done.wait(REFIRE_SECONDS)

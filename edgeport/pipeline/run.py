@@ -188,36 +188,72 @@ def row_jobs(opts: ConvertOptions, the_plan, least: int = 1) -> int:
 
 
 def run_rows(session, the_plan, staging: Path, progress: Progress, watch=None) -> list[dict]:
-    """Every row of the plan in this process, one after another; then the rows the task cannot build
-    (e.g. a target without text-generation support), skipped with the reason. A task with
-    ``release_after_builds`` builds every row first, lets go of what only building needed (a generative
-    model's programs: the weights once), then judges: the runtimes' own copies never sit beside them.
-    ``watch`` (:class:`edgeport.pipeline.stop.Watch`) hears each finished row."""
+    """Every row of the plan in this process, one after another, each build and judge under the row's
+    limits (:func:`edgeport.pipeline.limits.bounded`); then the rows the task cannot build (e.g. a target
+    without text-generation support), skipped with the reason. A task with ``release_after_builds`` builds
+    every row first, lets go of what only building needed (a generative model's programs: the weights
+    once), then judges: the runtimes' own copies never sit beside them. ``watch``
+    (:class:`edgeport.pipeline.stop.Watch`) hears each finished row."""
     from edgeport.core.memory import collect
-    from edgeport.pipeline.row import build_row, judge_row, run_row
-    from edgeport.pipeline.stop import Watch
+    from edgeport.pipeline import stop
+    from edgeport.pipeline.row import build_row
 
     task, rows, built = the_plan.task, [], []
-    done = (watch or Watch(progress)).finished
+    watch = watch or stop.Watch(progress)
     for target, variant in the_plan.rows:
         progress(task.row_label(target.name, variant))
         policy = the_plan.policy(target, variant)
         args = (target, variant, session, staging, policy.budget, policy.required, task)
+        row, b = in_bounds(the_plan, session, args, watch, lambda: build_row(*args))
         if task.release_after_builds is None:
-            rows.append(run_row(*args).to_json())
-            done(rows[-1])
+            rows.append(_judged(the_plan, session, args, watch, row, b))
+            watch.finished(rows[-1])
         else:
-            built.append((target, *build_row(*args)))
+            built.append((args, row, b))
         collect()   # a finished row's converter graphs and runtime (its mapped weights) go before the next
     if task.release_after_builds is not None:
         task.release_after_builds(session, the_plan.rows)
-        for target, row, b in built:
-            rows.append((judge_row(row, target, b, session, staging, task) if b is not None else row).to_json())
-            done(rows[-1])
+        for args, row, b in built:
+            rows.append(_judged(the_plan, session, args, watch, row, b))
+            watch.finished(rows[-1])
+    stop.prune(staging, rows, {r["target"] for r in rows if r.get("limit")})   # what a stopped row half-wrote
     for row in skipped_rows(the_plan):
         rows.append(row)
-        done(row)
+        watch.finished(row)
     return rows
+
+
+def _judged(the_plan, session, args: tuple, watch, row, built) -> dict:
+    """The built row judged under its limits (a row that did not build is final as it is), as JSON."""
+    from edgeport.pipeline.row import judge_row
+
+    if built is None:
+        return row.to_json()
+    target, staging, task = args[0], args[3], args[6]
+    return in_bounds(the_plan, session, args, watch, lambda: (judge_row(row, target, built, session, staging, task), None),
+                     row)[0].to_json()
+
+
+def in_bounds(the_plan, session, args: tuple, watch, call, row=None) -> tuple:
+    """``call()`` -> (Row, Built or None), run in this process under the row's limits; past one, the row
+    (``row``, or a new one) fails with the stop's message and its ``limit`` block, as a worker's would.
+    No limits (a library caller's default, ``none``): just ``call()``."""
+    from edgeport.pipeline.limits import RowStopped, bounded, row_limits
+    from edgeport.pipeline.row import Row
+    from edgeport.pipeline.task import test_stall
+
+    target, variant, required = args[0], args[1], args[5]
+    active = the_plan.limits is not None and the_plan.limits.any_active()
+    limits = row_limits(the_plan.limits, target, variant, session.weight_bytes) if active else {}
+    try:
+        with bounded(limits, lambda: watch.last):
+            if row is None:
+                test_stall(f"{target.name}/{variant}", watch.progress)
+            return call()
+    except RowStopped as exc:
+        row = row or Row(target.name, variant, required=required)
+        row.status, row.error, row.details["limit"] = "failed", str(exc), exc.limit
+        return row, None
 
 
 def skipped_rows(the_plan) -> list[dict]:

@@ -83,6 +83,13 @@ class Session:
         """How many inputs every row is judged on (validate's report says so)."""
         return len(self.samples)
 
+    @property
+    def weight_bytes(self) -> int:
+        """The program's fp32 weights: what a row's default limits scale with (:mod:`edgeport.pipeline.limits`)."""
+        from edgeport.core.memory import program_weight_bytes
+
+        return program_weight_bytes(self.program)
+
     def verdict_inputs(self) -> dict:
         """What a cached verdict was judged on (:func:`edgeport.pipeline.reuse.verdict_key`)."""
         from edgeport.pipeline.reuse import judged_on

@@ -94,13 +94,14 @@ def settle(the_plan, watch: Watch, block: dict, skipped: list[dict]) -> list[dic
     return rows + skipped
 
 
-def prune(staging: Path, rows: list[dict]) -> None:
-    """Remove what a cancelled in-process row half-wrote in its target's folder: files no finished row
-    lists, except logs and the target's parity sample (written only by a finished row)."""
+def prune(staging: Path, rows: list[dict], targets: set | None = None) -> None:
+    """Remove what a cancelled in-process row (or one stopped past its limits: ``targets``) half-wrote in its
+    target's folder: files no finished row lists, except logs and the target's parity sample (written only
+    by a finished row)."""
     from edgeport.validate.sample import DIRNAME
 
     kept = {e["path"] for r in rows for e in r.get("files") or [] if isinstance(e, dict)}
-    for target in {r["target"] for r in rows if r.get("cancelled")}:
+    for target in {r["target"] for r in rows if r.get("cancelled")} | set(targets or ()):
         folder = staging / target
         for path in sorted(folder.rglob("*"), reverse=True) if folder.is_dir() else []:
             rel = path.relative_to(staging).as_posix()
