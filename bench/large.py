@@ -30,24 +30,13 @@ TARGETS = ("onnx", "litert", "tpu", "executorch")
 # ------------------------------------------------------------------------------------------ measuring
 
 def tree_rss(root: int) -> int:
-    """RSS of ``root`` and every descendant (workers and compiler subprocesses count)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-            except OSError:
-                continue
-    total, todo, page = 0, [root], os.sysconf("SC_PAGE_SIZE")
-    while todo:
-        pid = todo.pop()
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except OSError:
-            pass
-        todo += children.get(pid, [])
-    return total
+    """Memory of ``root`` and every descendant (workers and compiler subprocesses count): the sum of their Pss,
+    as the row limits sample it (:func:`edgeport.pipeline.limits.tree_pss`). Not the sum of RSS: that counts a
+    page twice when two processes of the tree share it (a fork's copy-on-write pages, a weights file both map),
+    so an overlap of a compile child with its parent read as memory nobody used."""
+    from edgeport.pipeline.limits import tree_pss
+
+    return tree_pss(root)
 
 
 def measured(cmd: list[str], env: dict | None = None, log: Path | None = None, timeout: float = 3600) -> dict:

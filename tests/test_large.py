@@ -1,6 +1,6 @@
 """A model just over 2 GiB (bench/large_forward_model.py: a 200k x 2800 fp32 embedding, 2.24 GB) converts on
 every target within 2.5x its fp32 weight bytes of peak RSS (issue 21), and never above the pre-flight
-estimate (else the refusal would let through what gets OOM-killed): the process tree's RSS is polled
+estimate (else the refusal would let through what gets OOM-killed): the process tree's memory (sum of Pss: shared pages once) is polled
 throughout, workers and compiler subprocesses included. LiteRT runs alone: litert-torch's own copies keep it above 2.5x
 at 1.12 GB (3.6x; 1.4x at this size, bench/LARGE.md), so it is held to its estimate only. Both runs: 108 s on
 2 cores (69 s for onnx+tpu+executorch, 37 s for litert), about 5 GB of peak RSS."""
