@@ -71,13 +71,22 @@ def cnn_compile(spec: str, tmp: Path) -> dict:
             "before_s": before_s, "after_s": after_s, "block": cost_block(rows, {}, generative=False)}
 
 
-def small_llama(tmp: Path) -> dict:
+# Llama shapes built from a config (random weights: the table depends on shapes, not values)
+SHAPES = {
+    "small": dict(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=False),
+    # Llama-3.2-1B's config.json: 1.24 B parameters
+    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True,
+                         rope_theta=500000.0),
+}
+
+
+def small_llama(tmp: Path, shape: str = "small") -> dict:
     import tiny_lm
     import transformers as T
 
-    config = T.LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
-                           num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048,
-                           tie_word_embeddings=False, **tiny_lm.SPECIAL)
+    config = T.LlamaConfig(max_position_embeddings=2048, **SHAPES[shape], **tiny_lm.SPECIAL)
     model = T.LlamaForCausalLM(config).eval()
     params = sum(p.numel() for p in model.parameters())
     model_dir = tiny_lm.save(model, tmp / "llama")
@@ -128,6 +137,7 @@ def print_block(title: str, block: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skip-llm", action="store_true")
+    parser.add_argument("--llm-shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--cnn", action="append", default=None,
                         help="CNN specs (default tests/models.py:cnn and samples/models/tiny_cnn.py:build); 'none' for none")
     args = parser.parse_args()
@@ -140,10 +150,10 @@ def main() -> None:
                   f"before {r['before_s']:.1f} s, after {r['after_s']:.1f} s, ratio before/after {r['before_s'] / r['after_s']:.2f}x")
             print_block(spec, r["block"])
         if not args.skip_llm:
-            r = small_llama(Path(tmp))
+            r = small_llama(Path(tmp), args.llm_shape)
             row = r["rows"]["bf16"]
             block = row["tpu_cost"]
-            print(f"\n== small Llama ({r['params'] / 1e6:.0f}M params, cache 512, prefill 32): CLI wall {r['wall_s']:.0f} s, "
+            print(f"\n== {args.llm_shape} Llama ({r['params'] / 1e6:.0f}M params, cache 512, prefill 32): CLI wall {r['wall_s']:.0f} s, "
                   f"bf16 row convert {row['convert_seconds']:.0f} s, sweep compiles {block['sweep_compile_seconds']:.0f} s")
             print_block("small Llama bf16", block)
     p = published_ratio()
