@@ -47,7 +47,7 @@ def _probe_seconds(archive: Path) -> float:
 
     loaded = load_program(str(archive), [])
     start = time.perf_counter()
-    probe(archive, loaded.example_inputs, False, None, 1 << 30)
+    probe(archive, [loaded.example_inputs], 1 << 30)
     return time.perf_counter() - start
 
 

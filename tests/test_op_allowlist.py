@@ -87,6 +87,20 @@ def test_as_strided_past_its_storage_is_refused_within_it_kept():
     assert "as_strided" in text and "reaches element 1000" in text
 
 
+def test_reshape_alias_past_its_storage_is_refused_within_it_kept():
+    """_reshape_alias is an as_strided at its input's offset whose kernel checks nothing: held to the same
+    invariant (a graph node rewritten to it, as a crafted archive would carry)."""
+    program = _export(Strided())
+    node = next(n for n in program.graph.nodes if n.target is A.as_strided.default)
+    node.target, node.args = A._reshape_alias.default, (node.args[0], [4], [1])
+    from edgeport.sources.program_policy import check_program
+
+    check_program(program, "ok.pt2")   # 4 of 16 elements
+    node.args = (node.args[0], [1 << 28], [1])
+    text = _refusal(program)
+    assert "_reshape_alias" in text and f"reaches element {1 << 28}" in text
+
+
 def test_an_operator_no_target_converts_is_refused():
     program = _export(Strided())
     node = next(n for n in program.graph.nodes if n.target is A.as_strided.default)

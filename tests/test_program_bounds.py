@@ -136,6 +136,44 @@ def test_a_program_that_crashes_pytorch_is_exit_2_not_a_crash_of_edgeport(tmp_pa
     assert not (tmp_path / "o").exists()
 
 
+def test_a_program_that_fails_on_its_own_inputs_is_exit_2_not_an_internal_error(tmp_path):
+    """A constant index out of range passes export (fake tensors check no bounds) and fails when run: the
+    contained first run says which input and why, exit 2, before the program runs in edgeport's process."""
+
+    class OutOfRange(torch.nn.Module):
+        def forward(self, x):
+            return x.index_select(0, torch.tensor([100_000])) * 2
+
+    archive = tmp_path / "oob.pt2"
+    torch.export.save(torch.export.export(OutOfRange(), (torch.randn(4, 4),), strict=False), archive)
+    result = run_cli("convert", archive, "-t", "onnx", "--out", tmp_path / "o", "--samples", "1", "--no-latency")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "the program fails on its reference input 1 of 1" in result.stderr and "index out of range" in result.stderr
+    assert "internal error" not in result.stderr and not (tmp_path / "o").exists()
+
+
+def test_every_reference_input_is_run_contained_not_only_the_example(tmp_path):
+    """A branch (torch.cond) the stored example never takes but a random sample does: the contained first
+    run covers every input the reference runs here, so its crash is exit 2, never a SIGSEGV of edgeport."""
+    import importlib.util
+
+    decompositions = tmp_path / "crash_ops.py"
+    decompositions.write_text(CRASHER)
+    spec = importlib.util.spec_from_file_location("crash_ops", decompositions)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+    class Hidden(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.abs().sum() > 0, lambda v: torch.ops.crashtest.boom(v), lambda v: v.clone(), (x,))
+
+    archive = tmp_path / "hidden.pt2"
+    torch.export.save(torch.export.export(Hidden(), (torch.zeros(2),), strict=False), archive)
+    result = run_cli("convert", archive, "--decompositions", decompositions, "-t", "onnx", "--out", tmp_path / "o",
+                     "--samples", "2", "--no-latency")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "crashed PyTorch (SIGSEGV)" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_hf_dir_whose_config_implies_weights_its_files_lack_is_refused_before_building(tmp_path):
     import json
     import time

@@ -332,15 +332,7 @@ def preflight(loaded, opts: ConvertOptions, the_plan, workers: bool) -> None:
     from edgeport.core import memory
 
     middle = memory.program_intermediate_bytes(loaded.program) if loaded.program is not None else 0
-    est = check_fits(memory.model_weight_bytes(loaded), opts, the_plan, workers, intermediate_bytes=middle)
-    if loaded.program is not None:  # read from a file: its first run happens in a contained child
-        probe_program(loaded, opts.source, est.memory)
-
-
-def probe_program(loaded, source, memory_bytes: int) -> None:
-    from edgeport.sources.contained import probe
-
-    probe(loaded.spec, loaded.example_inputs, source.trust_pickle, source.decompositions, memory_bytes)
+    check_fits(memory.model_weight_bytes(loaded), opts, the_plan, workers, intermediate_bytes=middle)
 
 
 def check_fits(weight_bytes: int, opts: ConvertOptions, the_plan, workers: bool, programs: int = 1,

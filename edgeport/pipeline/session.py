@@ -66,6 +66,8 @@ class Session:
         samples = make_samples([to_numpy(x) for x in example], judge.samples, judge.seed)
         real_data = read_data(judge.data, signature) if judge.data else None
         real = real_data.samples if real_data else []
+        if loaded.first_run is not None:   # a program read from a file: every input first in a contained child
+            contained_first_run(loaded, program, signature, real + samples, progress)
         reference_model = loaded.module if loaded.module is not None else program.module()
         threads = fixed_threads(judge.threads)
         eager = EagerRunner(reference_model, [i.dtype for i in signature.inputs], threads)
@@ -111,3 +113,16 @@ class Session:
                           cache=self.cache, module=None if prepared.applied else self.module,
                           load_module=None if prepared.applied else self.load_module,
                           progress=scoped(self.progress, f"{target.name} {variant}"))
+
+
+def contained_first_run(loaded, program, signature, inputs: list, progress) -> None:
+    """The file-loaded program run on every reference input in a contained child (its declared weights twice
+    plus its largest declared intermediate as the memory it may take): a crash, an exhaustion or an error
+    there is exit 2 before the program runs in this process."""
+    from edgeport.core.eager import to_torch
+    from edgeport.core.memory import program_intermediate_bytes, program_weight_bytes
+
+    progress("PyTorch reference: first run in a contained process")
+    dtypes = [i.dtype for i in signature.inputs]
+    tensors = [tuple(to_torch(a, d) for a, d in zip(sample, dtypes)) for sample in inputs]
+    loaded.first_run(tensors, 2 * program_weight_bytes(program) + program_intermediate_bytes(program))

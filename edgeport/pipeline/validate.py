@@ -92,9 +92,7 @@ def rejudge_all(old_rows: list[dict], task, session, directory: Path, policies: 
 def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: Progress) -> tuple:
     """The forward task's reference: ``exported.pt2`` loaded (inspected, no unpickling unless trusted;
     ``reading``: the SourceOptions with --trust-pickle and --decompositions)."""
-    from edgeport.core.memory import program_intermediate_bytes, program_weight_bytes
     from edgeport.core.program import fingerprint, signature_of
-    from edgeport.pipeline.run import probe_program
     from edgeport.pipeline.session import Session
     from edgeport.sources import SourceOptions, load_model
 
@@ -102,7 +100,6 @@ def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: P
     loaded = load_model(SourceOptions(model=str(directory / "exported.pt2"), trust_pickle=reading.trust_pickle,
                                       decompositions=reading.decompositions))
     program = loaded.program
-    probe_program(loaded, reading, 2 * program_weight_bytes(program) + program_intermediate_bytes(program))
     signature = signature_of(program, manifest_input_names(directory))
     session = Session.start(loaded, program, signature, judge, progress)
     return session, {"params": param_count(program), **fingerprint(program, signature)}

@@ -116,6 +116,14 @@ def as_strided_within(args: list, kwargs: dict) -> str | None:
     return None
 
 
+def reshape_alias_within(args: list, kwargs: dict) -> str | None:
+    """``_reshape_alias(self, size, stride)``: an as_strided view at ``self``'s own offset, which its kernel
+    does not check against the storage either."""
+    source = getattr(args[0], "meta", {}).get("val") if args else None
+    offset = source.storage_offset() if source is not None else 0
+    return as_strided_within([*list(args[:3]), offset], {})
+
+
 def no_unsafe_flag(args: list, kwargs: dict) -> str | None:
     """An ``unsafe=True`` argument skips the kernel's own checks."""
     return "unsafe=True skips the kernel's bounds checks" if kwargs.get("unsafe") is True else None
@@ -123,7 +131,8 @@ def no_unsafe_flag(args: list, kwargs: dict) -> str | None:
 
 # name (no overload) -> check(args, kwargs) -> reason or None; applied to every overload of that name
 INVARIANTS = {"aten::as_strided": as_strided_within, "aten::as_strided_": as_strided_within,
-              "aten::as_strided_copy": as_strided_within, "aten::as_strided_scatter": as_strided_within}
+              "aten::as_strided_copy": as_strided_within, "aten::as_strided_scatter": as_strided_within,
+              "aten::_reshape_alias": reshape_alias_within, "aten::_reshape_alias_copy": reshape_alias_within}
 # argument name -> check, applied to any allowed op whose schema has it
 ARGUMENT_INVARIANTS = {"unsafe": no_unsafe_flag}
 # operators that return a view of an argument although their schema does not say so

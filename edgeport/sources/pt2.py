@@ -32,7 +32,16 @@ def load_program(spec: str, inputs: list[InputSpec], trust_pickle: bool = False,
     else:
         raise UsageError(f"{spec} carries no example inputs: pass --input NAME:SHAPE:DTYPE")
     check_example(program, example, f"{'--input' if inputs else 'the sample inputs stored in'} {spec}")
-    return LoadedModel(spec, None, example, program=program)
+    return LoadedModel(spec, None, example, program=program, first_run=contained_run(spec, trust_pickle, decompositions))
+
+
+def contained_run(spec: str, trust_pickle: bool, decompositions: str | None):
+    """The loaded program's first run, in a contained child, on the inputs the reference will use."""
+    from functools import partial
+
+    from edgeport.sources.contained import probe
+
+    return partial(probe, spec, trust_pickle=trust_pickle, decompositions=decompositions)
 
 
 def check_example(program, example: tuple, what: str) -> None:

@@ -140,3 +140,6 @@ class LoadedModel:
     program: Any = None
     input_names: tuple[str, ...] | None = None
     notes: list[str] = field(default_factory=list)
+    # a program read from a file: (inputs, memory bytes) -> None, its first run on every reference input in a
+    # contained child (edgeport.sources.contained.probe); the reference runs here only after it passed
+    first_run: Any = None
