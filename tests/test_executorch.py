@@ -91,6 +91,39 @@ def test_a_damaged_pte_fails_its_row_with_the_runtime_reason(tmp_path):
     assert ExecuTorchRunner.describe_error(caught.value).startswith("artifact does not run in its runtime:")
 
 
+CRASHING_BYTES = (0x344, b"\xff\xff")   # found by flipping byte pairs of this fixture's fp32 .pte: SIGABRT in the loader
+
+
+def test_validate_fails_a_pte_crafted_to_crash_its_loader_and_judges_the_others(converted, tmp_path):
+    """A stranger's DIR: two bytes of the fp32 .pte changed so that ExecuTorch's loader aborts (std::terminate),
+    and the recorded sha256 updated to match. validate loads it first in a contained child: that row fails
+    saying so, the int8 row is judged, edgeport exits 1 with a report instead of dying of SIGABRT."""
+    import hashlib
+    import shutil
+    import subprocess
+    import sys
+
+    out = tmp_path / "dir"
+    shutil.copytree(converted[0], out)
+    pte = out / "executorch" / "model_fp32.pte"
+    data = bytearray(pte.read_bytes())
+    old = hashlib.sha256(data).hexdigest()
+    offset, value = CRASHING_BYTES
+    data[offset:offset + len(value)] = value
+    pte.write_bytes(data)
+    load = "from executorch.runtime import Runtime; p = Runtime.get().load_program(%r); p.load_method('forward')" % str(pte)
+    probe = subprocess.run([sys.executable, "-c", load], capture_output=True)
+    assert probe.returncode < 0, "the changed .pte no longer crashes ExecuTorch's loader: find new CRASHING_BYTES"
+    new = hashlib.sha256(data).hexdigest()
+    for name in ("manifest.json", "report.json"):
+        (out / name).write_text((out / name).read_text().replace(old, new))
+    result = run_cli("validate", out, "--samples", "2", "--no-latency")
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {r["variant"]: r for r in read_report(out)["targets"]}
+    assert rows["fp32"]["status"] == "failed" and "crashed executorch's runtime (SIGABRT)" in rows["fp32"]["error"]
+    assert rows["int8"]["status"] == "ok" and rows["int8"]["parity"]["passed"]
+
+
 OUTLIER_PAIR = {"boost", "fc2"}
 
 

@@ -74,11 +74,14 @@ def rejudge_all(old_rows: list[dict], task, session, directory: Path, policies: 
     from edgeport.errors import Terminated
     from edgeport.pipeline import stop
 
-    for row in old_rows:
+    checked = [precheck(row, directory) for row in old_rows]
+    crashes = first_loads(checked, task, session)
+    for index, row in enumerate(old_rows):
         watch.progress(task.row_label(row["target"], row["variant"]))
         try:
-            watch.finished({**rejudge(row, task, session, directory, lambda r: policies[(r.target, r.variant)].budget),
-                            "required": policies[(row["target"], row["variant"])].required})
+            judged = rejudge(checked[index], task, session, lambda r: policies[(r.target, r.variant)].budget,
+                             crashes.get(index))
+            watch.finished({**judged, "required": policies[(row["target"], row["variant"])].required})
         except Terminated as exc:
             if not watch.done:
                 raise
@@ -113,8 +116,33 @@ def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
         return None  # the program's own placeholder names then
 
 
-def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
-    """One row judged again by its task; a missing or changed artifact fails it, saying which."""
+def first_loads(checked: list, task, session) -> dict[int, str]:
+    """{index: why} for the rows ready to judge whose artifact crashed its runtime when first loaded (and run
+    on the samples, for forward) in a contained child (:mod:`edgeport.pipeline.contained_load`)."""
+    from edgeport.pipeline.contained_load import crashed_rows
+
+    ready = [(i, c) for i, c in enumerate(checked) if not isinstance(c, dict)]
+    samples = None if task.generative else session.samples
+    crashes = crashed_rows([(target.name, path) for _i, (_row, target, path) in ready], samples, task.generative)
+    return {ready[k][0]: why for k, why in crashes.items()}
+
+
+def rejudge(checked, task, session, budget_of, crash: str | None = None) -> dict:
+    """One row judged again by its task (``checked``: :func:`precheck`'s answer); an artifact that crashed its
+    runtime in the contained first load (``crash``) fails without being loaded here."""
+    if isinstance(checked, dict):
+        return checked
+    row, target, path = checked
+    if crash:
+        row.parity = row.latency_ms = None
+        return failed(row, crash)
+    task.rejudge(row, target, path, session, budget_of(row))
+    return row.to_json()
+
+
+def precheck(data: dict, directory: Path):
+    """(row, target, artifact path) ready to judge again, or the row's final JSON: nothing to judge (never
+    converted, target not installed) or failed before any loader reads it (missing or changed files)."""
     from edgeport.core.files import file_problem
     from edgeport.pipeline.row import Row, skip_reason
     from edgeport.targets.registry import get_target, target_names
@@ -143,9 +171,8 @@ def rejudge(data: dict, task, session, directory: Path, budget_of) -> dict:
         row.parity = row.latency_ms = None
         return failed(row, f"artifact changed since conversion: {changed} (not loaded: a file that is not the "
                            "one converted never reaches a runtime's loader)")
-    task.rejudge(row, target, path, session, budget_of(row))
     row.size_bytes = _files_size(directory, row.files) or row.size_bytes   # every file of the artifact, as convert counts
-    return row.to_json()
+    return row, target, path
 
 
 def _changed(directory: Path, row, path: Path) -> str | None:
