@@ -67,9 +67,32 @@ def describe(spec: str) -> dict:
         types = Counter(gguf.GGMLQuantizationType(int(t.tensor_type)).name for t in reader.tensors)
     except Exception as exc:
         raise UsageError(f"cannot read GGUF file {path}: {first_line(exc)}") from exc
+    config = gguf_config(path, arch)
+    from edgeport.core.proc import redirected
+
+    with redirected():   # importing the model class wakes torchao's loader chatter: not the terminal's
+        check_declared(path, config, sum(int(t.n_elements) for t in reader.tensors))
     return {"spec": spec, "file": path.name, "architecture": arch, "quantization": file_type(gguf, reader, types),
-            "tensor_types": dict(types), "config": gguf_config(path, arch),
+            "tensor_types": dict(types), "config": config,
             "weights": "the GGUF's weights dequantized to float32 by transformers"}
+
+
+def check_declared(path: Path, config: dict, held: int) -> None:
+    """The GGUF held to what its metadata declares before transformers dequantizes it: a few-KB file whose
+    metadata implies billions of parameters it does not carry would be materialised in full first (a 70 KB
+    file with ``feed_forward_length = 16e6`` took 19 GB and the OOM killer). Same check as an ``hf:`` directory's
+    (:func:`edgeport.sources.hf_declared.check_implied`), with the tensors' element counts as what it holds."""
+    import transformers
+
+    from edgeport.sources.hf_declared import check_implied
+
+    names = config.get("architectures") or []
+    model_class = getattr(transformers, names[0], None) if names and isinstance(names[0], str) else None
+    try:
+        settings = transformers.AutoConfig.for_model(**config)
+    except Exception:  # noqa: BLE001 - transformers read this config from the file a moment ago
+        return
+    check_implied(f"{path.name}: its metadata", "its tensors", settings, model_class, held)
 
 
 def field_value(reader, key: str):

@@ -28,20 +28,27 @@ ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 
 def check_declared(where: str, config, model_class=None) -> None:
     """Refuse (UsageError) a local ``hf:`` directory whose config implies far more parameters than its
     safetensors files hold, or more fp32 weight bytes than this machine has memory."""
+    folder = Path(where)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if files:
+        held = sum(_header_elements(f) for f in files)
+        check_implied(f"hf:{where}: config.json", "its safetensors files", config, model_class, held)
+
+
+def check_implied(label: str, files: str, config, model_class, held: int) -> None:
+    """Refuse (UsageError) a config implying more than :data:`SLACK` x the ``held`` elements its ``files``
+    hold, or more fp32 weight bytes than this machine has memory (``label`` names the config)."""
     from edgeport.core.memory import available_memory
 
-    folder = Path(where)
     implied = (meta_parameters(model_class, config) if model_class is not None else None) or implied_parameters(config)
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    if implied is None or not files:
+    if implied is None:
         return
-    held = sum(_header_elements(f) for f in files)
     if implied > SLACK * max(held, 1):
-        raise UsageError(f"hf:{where}: config.json implies about {implied:,} parameters but its safetensors "
-                         f"files hold {held:,}; refusing to build it (the missing ones would be made up)")
+        raise UsageError(f"{label} implies about {implied:,} parameters but {files} hold {held:,}; refusing to "
+                         "build it (the missing ones would be made up)")
     if 4 * implied > available_memory():
-        raise UsageError(f"hf:{where}: config.json implies {4 * implied / 1e9:.1f} GB of fp32 weights, more "
-                         f"than the {available_memory() / 1e9:.1f} GB available; refusing to build it")
+        raise UsageError(f"{label} implies {4 * implied / 1e9:.1f} GB of fp32 weights, more than the "
+                         f"{available_memory() / 1e9:.1f} GB available; refusing to build it")
 
 
 def meta_parameters(model_class, config) -> int | None:
