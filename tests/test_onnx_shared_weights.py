@@ -151,6 +151,32 @@ def test_int8_quantizer_reads_the_weights_one_at_a_time_with_the_same_bytes(tmp_
     assert session.run(None, {"ids": ids})[0].shape == (1, 4, 64)
 
 
+def test_int4_quantizer_reads_the_weights_one_at_a_time(tmp_path, monkeypatch):
+    """Generative int4-block32 (onnxruntime's MatMulNBits quantizer) reads the fp32 graph's external weights
+    one at a time too (its MatMulNBitsQuantizer(path) loads them all): W becomes int4 blocks, the table E
+    stays fp32, share_weights gathers both, and the graph computes what the fp32 one does within int4's error."""
+    from types import SimpleNamespace
+
+    from edgeport.targets.onnx import generate
+
+    src, out = tmp_path / "fp32", tmp_path / "int4"
+    src.mkdir(), out.mkdir()
+    embedding_graph(src / "decode.onnx")
+    monkeypatch.setattr(onnx, "load_external_data_for_model", None)   # never the whole graph's data
+    generate.QUANTIZERS["int4-block32"](src / "decode.onnx", out / "decode.onnx", SimpleNamespace(options={}))
+    monkeypatch.undo()
+    share_weights([out / "decode.onnx"])
+
+    model = onnx.load(str(out / "decode.onnx"))
+    assert [n.op_type for n in model.graph.node] == ["Gather", "MatMulNBits"]
+    assert {i.name for i in model.graph.initializer} == {"E", "W_Q4", "W_scales"}
+    ids = np.array([[1, 2, 3, 250]], np.int64)
+    want, got = (ort.InferenceSession(str(d / "decode.onnx"), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+                 for d in (src, out))
+    assert got.shape == want.shape == (1, 4, 64)
+    assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
+
+
 def test_a_large_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp_path, monkeypatch):
     """Every onnxruntime session pre-packs its own copy of the weights: over ONE_AT_A_TIME_ABOVE the runner keeps
     one signature's session alive at a time (the other is dropped before the next is built), with the same

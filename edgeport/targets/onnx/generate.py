@@ -11,7 +11,8 @@ for a 1B model in fp32).
 Inputs keep the layout's role names; outputs are ``logits`` and ``present_<k|v|len>_<l>`` (onnxruntime
 refuses a model whose output has an input's name: "Duplicate definition of name"), each feeding the input
 ``cache_<...>`` of the same suffix on the next call. ``dynamic-int8`` quantizes MatMul/Gemm weights with
-the same portable int8 kernels as forward models (``--onnx-int8``).
+the same portable int8 kernels as forward models (``--onnx-int8``); ``int4-block32`` stores them as int4
+blocks (``MatMulNBits``, :mod:`.int4`). Both read the fp32 graphs' weights one at a time.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def artifact_dir(out_dir: Path, variant: str) -> Path:
 def convert(job: GenerativeJob) -> Converted:
     from edgeport.core.memory import program_weight_bytes, release
     from edgeport.targets.onnx.shared_weights import share_weights
-    from edgeport.targets.onnx.target import describe, int8_kernels
+    from edgeport.targets.onnx.target import describe, scheme_details
 
     fp32 = artifact_dir(job.out_dir, "fp32")
     if job.variant == "fp32" or not all((fp32 / f"{n}.onnx").is_file() for n in job.programs):
@@ -48,7 +49,7 @@ def convert(job: GenerativeJob) -> Converted:
         QUANTIZERS[job.variant](fp32 / f"{name}.onnx", out / f"{name}.onnx", job)
     shared = share_weights([out / f"{n}.onnx" for n in job.programs])
     return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in job.programs},
-                           "int8_kernels": int8_kernels(job), "shared_weights": shared})
+                           **scheme_details(job), "shared_weights": shared})
 
 
 def _export(program, sample: dict, path: Path) -> None:
@@ -81,11 +82,17 @@ def _dynamic_int8(src: Path, dst: Path, job: GenerativeJob) -> None:
         quantize(src, dst, job, use_external_data_format=True)
 
 
-QUANTIZERS = {"dynamic-int8": _dynamic_int8}
+def _int4_block32(src: Path, dst: Path, job: GenerativeJob) -> None:
+    from edgeport.targets.onnx.int4 import quantize_int4
+
+    quantize_int4(src, dst, external=True)   # weights read one at a time; share_weights then gathers them
+
+
+QUANTIZERS = {"dynamic-int8": _dynamic_int8, "int4-block32": _int4_block32}
 
 
 def load(path: Path, threads: int) -> OnnxSignatureRunner:
     return OnnxSignatureRunner(Path(path), threads)
 
 
-GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8"), convert=convert, load=load)
+GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load)

@@ -6,7 +6,8 @@ itself (``own_capture`` in the row's rewrites), so edgeport is never worse than 
 Dynamic dims the user exported with ``torch.export.Dim`` stay symbolic in the ONNX graph and are listed in
 the report (``dynamic_inputs``). Quantized variants run onnxruntime's own quantizer on the fp32 model:
 ``dynamic-int8`` (int8 weights, activations quantized at run time — no calibration) and ``int8`` (static
-QDQ, activation ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples).
+QDQ, activation ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples),
+and ``int4-block32`` (onnxruntime's block-wise int4 weights, ``MatMulNBits``: :mod:`.int4`).
 
 int8 is built for every x86-64 CPU by default (``--onnx-int8 portable``): onnxruntime's int8 kernels take a
 different path on CPUs without VNNI (most AVX2 machines), where VPMADDUBSW's 16-bit intermediate saturates
@@ -43,6 +44,13 @@ def int8_kernels(job: ConvertJob) -> dict:
     return {"built_for": name, **INT8_KERNELS[name]}
 
 
+def scheme_details(job) -> dict:
+    """What a quantized row records about how it was built: the int8 kernels, or the int4 blocks."""
+    from edgeport.targets.onnx.int4 import SCHEME
+
+    return {"int4": SCHEME} if job.variant == "int4-block32" else {"int8_kernels": int8_kernels(job)}
+
+
 def check_int8_kernels(value: str) -> None:
     if value not in INT8_KERNELS:
         raise UsageError(f"--onnx-int8 {value!r}: expected one of {', '.join(INT8_KERNELS)}")
@@ -60,7 +68,7 @@ def convert(job: ConvertJob) -> Converted:
     details = describe(path)
     own = details.pop("capture", None) == "module"
     if job.variant != "fp32":
-        details["int8_kernels"] = int8_kernels(job)
+        details.update(scheme_details(job))
         if own:
             job.notes.append(f"quantized from {FP32_NAME}, which torch.onnx captured from the module itself")
     return Converted(path, details, rewrites=[OWN_CAPTURE] if own else [], files=external_files(path))
@@ -188,13 +196,21 @@ def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
                                           layers.get("nodes_to_exclude") or (), layers.get("nodes_to_quantize"))
 
 
+def _int4_block32(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
+    """int4 weights in blocks of 32 (onnxruntime's MatMulNBits, :mod:`.int4`); ``layers`` as for int8."""
+    from edgeport.targets.onnx.int4 import quantize_int4
+
+    if not quantize_int4(src, dst, **layers):
+        job.notes.append("int4-block32: no MatMul/Gemm with a constant 2-D weight to quantize")
+
+
 def _quant_type(name: str):
     from onnxruntime.quantization import QuantType
 
     return {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[name]
 
 
-QUANTIZERS = {"dynamic-int8": _dynamic_int8, "int8": _static_int8}
+QUANTIZERS = {"dynamic-int8": _dynamic_int8, "int8": _static_int8, "int4-block32": _int4_block32}
 
 
 def prepare_fallback(job: ConvertJob) -> onnx_quant.OnnxLayerQuantizer:
@@ -230,8 +246,9 @@ def describe(path: Path) -> dict:
 TARGET = Target(
     name="onnx",
     description="ONNX for onnxruntime (torch.onnx dynamo exporter; onnxruntime quantization)",
-    variants=("fp32", "dynamic-int8", "int8"),
-    budgets={"fp32": parity.FP32, "dynamic-int8": parity.DYNAMIC_INT8, "int8": parity.STATIC_INT8},
+    variants=("fp32", "dynamic-int8", "int8", "int4-block32"),
+    budgets={"fp32": parity.FP32, "dynamic-int8": parity.DYNAMIC_INT8, "int8": parity.STATIC_INT8,
+             "int4-block32": parity.INT4_BLOCK},
     requires=("onnx", "onnxruntime", "onnxscript"),
     extra="onnx",
     convert=convert,
