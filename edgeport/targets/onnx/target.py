@@ -7,7 +7,7 @@ Dynamic dims the user exported with ``torch.export.Dim`` stay symbolic in the ON
 the report (``dynamic_inputs``). Quantized variants run onnxruntime's own quantizer on the fp32 model:
 ``dynamic-int8`` (int8 weights, activations quantized at run time — no calibration) and ``int8`` (static
 QDQ, activation ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples),
-and ``int4-block32`` (onnxruntime's block-wise int4 weights, ``MatMulNBits``: :mod:`.int4`).
+and ``int4-block32`` (onnxruntime's block-wise int4 weights, ``MatMulNBits``: :mod:`.nbits`).
 
 int8 is built for every x86-64 CPU by default (``--onnx-int8 portable``): onnxruntime's int8 kernels take a
 different path on CPUs without VNNI (most AVX2 machines), where VPMADDUBSW's 16-bit intermediate saturates
@@ -45,10 +45,10 @@ def int8_kernels(job: ConvertJob) -> dict:
 
 
 def scheme_details(job) -> dict:
-    """What a quantized row records about how it was built: the int8 kernels, or the int4 blocks."""
-    from edgeport.targets.onnx.int4 import SCHEME
+    """What a quantized forward row records about how it was built: the int8 kernels, or the int4 blocks."""
+    from edgeport.targets.onnx.nbits import INT4
 
-    return {"int4": SCHEME} if job.variant == "int4-block32" else {"int8_kernels": int8_kernels(job)}
+    return {"int4": INT4} if job.variant == "int4-block32" else {"int8_kernels": int8_kernels(job)}
 
 
 def check_int8_kernels(value: str) -> None:
@@ -200,10 +200,10 @@ def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
 
 
 def _int4_block32(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
-    """int4 weights in blocks of 32 (onnxruntime's MatMulNBits, :mod:`.int4`); ``layers`` as for int8."""
-    from edgeport.targets.onnx.int4 import quantize_int4
+    """int4 weights in blocks of 32 (onnxruntime's MatMulNBits, :mod:`.nbits`); ``layers`` as for int8."""
+    from edgeport.targets.onnx.nbits import INT4, quantize_nbits
 
-    if not quantize_int4(src, dst, **layers):
+    if not quantize_nbits(src, dst, INT4, **layers):
         job.notes.append("int4-block32: no MatMul/Gemm with a constant 2-D weight to quantize")
 
 

@@ -1,17 +1,25 @@
-"""ONNX ``int4-block32``: onnxruntime's own block-wise int4 weight quantizer, MatMul -> ``MatMulNBits``.
+"""onnxruntime's block-wise weight quantizer, MatMul -> ``MatMulNBits`` (``com.microsoft``, run by its CPU
+provider), for two variants:
+
+- ``int4-block32`` (forward and text generation): signed int4 weights in blocks of 32 along K, one fp32
+  scale per block (symmetric: no zero points). ``accuracy_level`` unset: the kernel dequantizes a block and
+  computes in float, so the error is the weights' alone (LiteRT's int4-block32 quantizes activations too).
+- ``dynamic-int8`` of text generation (:data:`INT8_BLOCKS`): int8 weights in blocks of 64, ``accuracy_level``
+  4: activations quantized to int8 at run time per row and block, integer dot products. ``quantize_dynamic``
+  quantizes activations per tensor, one scale for the whole prompt in a prefill graph, whose outlier tokens
+  then cost every other token its precision (SmolLM2-135M, per-channel weights: mean KLD 0.068, 0.055 of it
+  with only the prefill graph quantized; this scheme 0.0057; bench/LLM_QUALITY.md). Blocks of 64 divide the
+  hidden sizes of common small LLMs (576, 896, 960, 2048; 128 pads 576 to 640) at 1/16 of scales.
 
 The weights of every MatMul with a constant 2-D weight (and of every Gemm, first rewritten as MatMul + Add)
-are stored as signed int4 in blocks of 32 along K, one fp32 scale per block (symmetric: no zero points),
-by ``onnxruntime.quantization.matmul_nbits_quantizer``'s ``DefaultWeightOnlyQuantizer`` (its math, its
-packing; the op is ``com.microsoft.MatMulNBits``, which onnxruntime's CPU provider runs). ``accuracy_level``
-is left unset: the kernel dequantizes a block and computes in float, so the error is the weights' alone (LiteRT's
-int4-block32 quantizes activations too). Other ops (an embedding's Gather, norms) keep their fp32 weights.
+are quantized by ``onnxruntime.quantization.matmul_nbits_quantizer``'s ``DefaultWeightOnlyQuantizer`` (its
+math, its packing). Other ops (an embedding's Gather, norms) keep their fp32 weights.
 
 Weights are read one at a time: the graph is loaded without its external data (``model.onnx.data`` of a
 large forward model, a generative graph's data), a weight is read into a temporary copy, quantized, and
 dropped; only the tensors left as they were are read in just before the graph is saved (as
-:mod:`.lazy_weights` does for dynamic-int8). ``MatMulNBitsQuantizer(path)`` itself loads the whole graph with
-its data.
+:mod:`.lazy_weights` does for ``quantize_dynamic``). ``MatMulNBitsQuantizer(path)`` itself loads the whole
+graph with its data.
 """
 
 from __future__ import annotations
@@ -20,14 +28,15 @@ import logging
 from pathlib import Path
 from typing import Iterable
 
-BLOCK_SIZE = 32
-SCHEME = {"bits": 4, "block_size": BLOCK_SIZE, "symmetric": True, "op": "MatMulNBits",
-          "compute": "float (accuracy_level unset: blocks dequantized in the kernel)"}
+INT4 = {"bits": 4, "block_size": 32, "symmetric": True, "op": "MatMulNBits",
+        "compute": "float (accuracy_level unset: blocks dequantized in the kernel)"}
+INT8_BLOCKS = {"bits": 8, "block_size": 64, "symmetric": True, "op": "MatMulNBits", "accuracy_level": 4,
+               "compute": "int8 (activations quantized at run time, per row and block)"}
 
 
-def quantize_int4(src: Path, dst: Path, *, nodes_to_exclude: Iterable[str] = (), nodes_to_quantize=None,
-                  external: bool | None = None, block_size: int = BLOCK_SIZE) -> int:
-    """Write ``dst``: ``src`` with its MatMul/Gemm weights in int4 blocks. ``nodes_to_exclude`` /
+def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclude: Iterable[str] = (),
+                   nodes_to_quantize=None, external: bool | None = None) -> int:
+    """Write ``dst``: ``src`` with its MatMul/Gemm weights in ``scheme``'s blocks. ``nodes_to_exclude`` /
     ``nodes_to_quantize`` name the graph's MatMul/Gemm nodes (the float-fallback's layers). ``external``: save
     the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). Returns how
     many nodes became MatMulNBits."""
@@ -42,7 +51,9 @@ def quantize_int4(src: Path, dst: Path, *, nodes_to_exclude: Iterable[str] = (),
     graph, folder = model.graph, str(Path(src).parent)
     if external is None:
         external = any(uses_external_data(t) for t in graph.initializer)
-    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, op_types_to_quantize=("MatMul",))
+    config = DefaultWeightOnlyQuantConfig(block_size=scheme["block_size"], is_symmetric=scheme["symmetric"],
+                                          accuracy_level=scheme.get("accuracy_level"), bits=scheme["bits"],
+                                          op_types_to_quantize=("MatMul",))
     quantizer = DefaultWeightOnlyQuantizer(config)
     log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
     level = log.level
