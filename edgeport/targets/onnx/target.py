@@ -257,8 +257,8 @@ TARGET = Target(
     convert=convert,
     runners=(OnnxRunner,),
     generative="edgeport.targets.onnx.generate",
-    options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
-                          "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
+    options=(TargetOption("onnx-int8", "onnx: CPUs the forward int8 variants are built for: portable (default: "
+                          "accurate on every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),
              TargetOption("onnx-external-data", "onnx: store the weights in model.onnx.data beside model.onnx "
                           "(torch.onnx does so by itself above 1.5 GB of weights)", kind=bool)),
