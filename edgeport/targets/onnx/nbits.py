@@ -151,5 +151,9 @@ def _drop_unused(graph) -> None:
 
     walk(graph)
     keep = [t for t in graph.initializer if t.name in used]
+    dropped = {t.name for t in graph.initializer} - {t.name for t in keep}
     del graph.initializer[:]
     graph.initializer.extend(keep)
+    inputs = [i for i in graph.input if i.name not in dropped]   # an old graph lists its weights as inputs too
+    del graph.input[:]
+    graph.input.extend(inputs)
