@@ -7,8 +7,8 @@ provider), for two variants:
 - ``dynamic-int8`` of text generation (:data:`INT8_BLOCKS`): int8 weights in blocks of 64, ``accuracy_level``
   4: activations quantized to int8 at run time per row and block, integer dot products. ``quantize_dynamic``
   quantizes activations per tensor, one scale for the whole prompt in a prefill graph, whose outlier tokens
-  then cost every other token its precision (SmolLM2-135M, per-channel weights: mean KLD 0.068, 0.055 of it
-  with only the prefill graph quantized; this scheme 0.0057; bench/LLM_QUALITY.md). Blocks of 64 divide the
+  then cost every other token its precision (SmolLM2-135M, per-channel weights: mean KLD 0.068; 0.057 with
+  only the prefill graph quantized, 0.018 with only the decode graph; this scheme 0.0057; bench/LLM_QUALITY.md). Blocks of 64 divide the
   hidden sizes of common small LLMs (576, 896, 960, 2048; 128 pads 576 to 640) at 1/16 of scales.
 
 The weights of every MatMul with a constant 2-D weight (and of every Gemm, first rewritten as MatMul + Add)
