@@ -2,8 +2,8 @@
 graphs of a finished `bench/llm_quality.py -t onnx` run several ways and teacher-forces each against the fp32
 artifact over the same text (the run's layout, its tokenizer, Python's help topics), as the quality block does.
 
-    python bench/llm_quality.py -t onnx -q dynamic-int8 --out /tmp/q      # once: the fp32 graphs
-    python bench/onnx_int8_schemes.py /tmp/q per-tensor per-channel prefill-only decode-only nbits8-64
+    python bench/llm_quality.py -t onnx -q dynamic-int8 --out DIR      # once: the fp32 graphs
+    python bench/onnx_int8_schemes.py DIR per-tensor per-channel prefill-only decode-only nbits8-64
 
 Schemes: quantize_dynamic per-tensor / per-channel (portable kernels: uint8 activations, 7-bit weights);
 prefill-only / decode-only (per-channel, the other graph left fp32: where the error comes from);
