@@ -214,7 +214,7 @@ def test_plan_refuses_before_loading(llama, tmp_path):
         (dict(model=f"hf:{model_dir}", prefill_lens=[8], gen_tokens=20, cache_len=24), "but not --gen-tokens 20 more"),
         (dict(model=f"hf:{model_dir}", cache_len=1000), "exceeds the model's 128 positions"),
         (dict(model=f"hf:{model_dir}", dynamic=["batch"]), "--dynamic does not apply"),
-        (dict(model=f"hf:{model_dir}", budgets=["onnx.int4-block32.cosine_min=0.9"]), "has no variant 'int4-block32'"),
+        (dict(model=f"hf:{model_dir}", budgets=["onnx.fp16.cosine_min=0.9"]), "has no variant 'fp16'"),
         (dict(model=f"hf:{model_dir}", task="juggle"), "unknown --task"),
     ]
     for options, message in cases:

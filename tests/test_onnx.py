@@ -60,6 +60,23 @@ def test_quantized_variants_calibrated_on_real_data(tmp_path):
         assert "max_rel_err" not in parity["budget"]
 
 
+def test_int4_block32_is_matmulnbits_smaller_and_judged(tmp_path):
+    """onnxruntime's block-wise int4 quantizer on the fp32 model: the MLP's Gemms become MatMulNBits (+ Add
+    of the bias), the artifact is smaller, and the row is judged on the int4 budget like LiteRT's."""
+    result = _convert(tmp_path, f"{MODELS}:mlp", quantize=["int4-block32"], samples=4)
+    rows = {r["variant"]: r for r in result.report["targets"]}
+    assert result.exit_code == 0, [r["error"] for r in rows.values()]
+    row = rows["int4-block32"]
+    assert row["status"] == "ok" and row["artifact"] == "onnx/model_int4-block32.onnx"
+    assert row["ops"].get("MatMulNBits") == 3 and "Gemm" not in row["ops"]
+    assert row["size_bytes"] < rows["fp32"]["size_bytes"]
+    assert row["int4"]["block_size"] == 32 and row["int4"]["symmetric"] and "int8_kernels" not in row
+    parity = row["parity"]
+    assert parity["passed"] and parity["cosine_min"] > 0.95 and parity["snr_db_min"] > 10
+    assert parity["budget"]["cosine_min"] == 0.95
+    assert row["quantization"]["weight_share"] == 1.0
+
+
 def test_dynamic_batch_dim_kept_and_runs_other_batch(tmp_path):
     import torch
 

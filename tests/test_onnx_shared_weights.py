@@ -2,6 +2,7 @@
 use it (2 x the fp32 weights on disk for a 1B model before), and every graph still computes the same."""
 
 import numpy as np
+import pytest
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
@@ -120,12 +121,13 @@ def embedding_graph(path):
 
 
 def test_int8_quantizer_reads_the_weights_one_at_a_time_with_the_same_bytes(tmp_path, monkeypatch):
-    """Generative dynamic-int8 quantizes with the fp32 graph's weights read one at a time (onnxruntime's
-    quantize_dynamic loaded the whole graph's data and kept two copies: ~3x the weights at Qwen3-0.6B) and
-    writes the same bytes as the plain quantizer: graph, data file, and the fp32 table it keeps."""
+    """weights_read_lazily: quantize_dynamic with the fp32 graph's weights read one at a time (it loaded the
+    whole graph's data and kept two copies: ~3x the weights at Qwen3-0.6B) writes the same bytes as the plain
+    quantizer: graph, data file, and the fp32 table it keeps. (Generative dynamic-int8 was built this way
+    before it moved to MatMulNBits: see the next test.)"""
     from types import SimpleNamespace
 
-    from edgeport.targets.onnx import generate
+    from edgeport.targets.onnx.lazy_weights import weights_read_lazily
     from edgeport.targets.onnx.target import _dynamic_int8
 
     src = tmp_path / "fp32"
@@ -137,7 +139,8 @@ def test_int8_quantizer_reads_the_weights_one_at_a_time_with_the_same_bytes(tmp_
         folder.mkdir()
     _dynamic_int8(src / "decode.onnx", plain / "decode.onnx", job, use_external_data_format=True)
     monkeypatch.setattr(onnx, "load_external_data_for_model", None)   # never the whole graph's data
-    generate.QUANTIZERS["dynamic-int8"](src / "decode.onnx", lazy / "decode.onnx", job)
+    with weights_read_lazily():
+        _dynamic_int8(src / "decode.onnx", lazy / "decode.onnx", job, use_external_data_format=True)
     monkeypatch.undo()
 
     names = sorted(p.name for p in plain.iterdir())
@@ -149,6 +152,36 @@ def test_int8_quantizer_reads_the_weights_one_at_a_time_with_the_same_bytes(tmp_
     ids = np.array([[1, 2, 3, 250]], np.int64)
     session = ort.InferenceSession(str(lazy / "decode.onnx"), providers=["CPUExecutionProvider"])
     assert session.run(None, {"ids": ids})[0].shape == (1, 4, 64)
+
+
+@pytest.mark.parametrize("variant,bits", [("int4-block32", 4), ("dynamic-int8", 8)])
+def test_nbits_quantizer_reads_the_weights_one_at_a_time(tmp_path, monkeypatch, variant, bits):
+    """Generative int4-block32 and dynamic-int8 (onnxruntime's MatMulNBits quantizer) read the fp32 graph's
+    external weights one at a time (its MatMulNBitsQuantizer(path) loads them all): W becomes int4/int8
+    blocks, the table E stays fp32, share_weights gathers both, and the graph computes what the fp32 one does
+    within the scheme's error."""
+    from types import SimpleNamespace
+
+    from edgeport.targets.onnx import generate
+
+    src, out = tmp_path / "fp32", tmp_path / "q"
+    src.mkdir(), out.mkdir()
+    embedding_graph(src / "decode.onnx")
+    monkeypatch.setattr(onnx, "load_external_data_for_model", None)   # never the whole graph's data
+    generate.QUANTIZERS[variant](src / "decode.onnx", out / "decode.onnx", SimpleNamespace(options={}))
+    monkeypatch.undo()
+    share_weights([out / "decode.onnx"])
+
+    model = onnx.load(str(out / "decode.onnx"))
+    assert [n.op_type for n in model.graph.node] == ["Gather", "MatMulNBits"]
+    attrs = {a.name: a.i for a in model.graph.node[1].attribute}
+    assert attrs["bits"] == bits and attrs.get("accuracy_level", 0) == (4 if bits == 8 else 0)
+    assert {i.name for i in model.graph.initializer} == {"E", f"W_Q{bits}", "W_scales"}
+    ids = np.array([[1, 2, 3, 250]], np.int64)
+    want, got = (ort.InferenceSession(str(d / "decode.onnx"), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+                 for d in (src, out))
+    assert got.shape == want.shape == (1, 4, 64)
+    assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
 
 
 def test_a_large_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp_path, monkeypatch):

@@ -10,8 +10,11 @@ for a 1B model in fp32).
 
 Inputs keep the layout's role names; outputs are ``logits`` and ``present_<k|v|len>_<l>`` (onnxruntime
 refuses a model whose output has an input's name: "Duplicate definition of name"), each feeding the input
-``cache_<...>`` of the same suffix on the next call. ``dynamic-int8`` quantizes MatMul/Gemm weights with
-the same portable int8 kernels as forward models (``--onnx-int8``).
+``cache_<...>`` of the same suffix on the next call. Quantized variants are onnxruntime's block-wise
+``MatMulNBits`` (:mod:`.nbits`, the fp32 graphs' weights read one at a time): ``dynamic-int8`` is int8
+weights in blocks of 64 with activations quantized at run time per row and block (``quantize_dynamic``,
+the forward variant, quantizes a whole prompt's activations with one scale: 12x the KLD on SmolLM2), and
+``int4-block32`` int4 weights in blocks of 32 with float compute. ``--onnx-int8`` does not apply to them.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def artifact_dir(out_dir: Path, variant: str) -> Path:
 def convert(job: GenerativeJob) -> Converted:
     from edgeport.core.memory import program_weight_bytes, release
     from edgeport.targets.onnx.shared_weights import share_weights
-    from edgeport.targets.onnx.target import describe, int8_kernels
+    from edgeport.targets.onnx.target import describe
 
     fp32 = artifact_dir(job.out_dir, "fp32")
     if job.variant == "fp32" or not all((fp32 / f"{n}.onnx").is_file() for n in job.programs):
@@ -48,7 +51,7 @@ def convert(job: GenerativeJob) -> Converted:
         QUANTIZERS[job.variant](fp32 / f"{name}.onnx", out / f"{name}.onnx", job)
     shared = share_weights([out / f"{n}.onnx" for n in job.programs])
     return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in job.programs},
-                           "int8_kernels": int8_kernels(job), "shared_weights": shared})
+                           **scheme_details(job.variant), "shared_weights": shared})
 
 
 def _export(program, sample: dict, path: Path) -> None:
@@ -69,23 +72,30 @@ def _output_names(program) -> list[str]:
     return list(program.call_spec.out_spec.context)
 
 
-def _dynamic_int8(src: Path, dst: Path, job: GenerativeJob) -> None:
-    from edgeport.targets.onnx.lazy_weights import weights_read_lazily
-    from edgeport.targets.onnx.target import _dynamic_int8 as quantize
+def _quantizer(scheme_name: str):
+    def quantize(src: Path, dst: Path, job: GenerativeJob) -> None:
+        from edgeport.targets.onnx import nbits
 
-    # reads only job.options (the --onnx-int8 kernels). External data: a 1B model's int8 graph (its fp32
-    # embedding table stays float: Gather is not quantized) is past protobuf's 2 GB; share_weights then
-    # gathers every graph's data into one file. The fp32 weights are read one at a time (the quantizer held
-    # them all, twice: ~3x the weights)
-    with weights_read_lazily():
-        quantize(src, dst, job, use_external_data_format=True)
+        # external data: a 1B model's graph (its fp32 embedding table stays float: Gather is not quantized)
+        # is past protobuf's 2 GB; share_weights then gathers every graph's data into one file
+        nbits.quantize_nbits(src, dst, getattr(nbits, scheme_name), external=True)
+    return quantize
 
 
-QUANTIZERS = {"dynamic-int8": _dynamic_int8}
+# variant -> the nbits scheme (MatMulNBits for both: :mod:`.nbits` says why dynamic-int8 is not
+# quantize_dynamic here, as it is for forward models)
+SCHEMES = {"dynamic-int8": "INT8_BLOCKS", "int4-block32": "INT4"}
+QUANTIZERS = {variant: _quantizer(scheme) for variant, scheme in SCHEMES.items()}
+
+
+def scheme_details(variant: str) -> dict:
+    from edgeport.targets.onnx import nbits
+
+    return {"int8_blocks" if variant == "dynamic-int8" else "int4": getattr(nbits, SCHEMES[variant])}
 
 
 def load(path: Path, threads: int) -> OnnxSignatureRunner:
     return OnnxSignatureRunner(Path(path), threads)
 
 
-GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8"), convert=convert, load=load)
+GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load)

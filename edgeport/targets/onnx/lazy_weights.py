@@ -41,12 +41,12 @@ def weights_read_lazily():
         return model
 
     def to_array(tensor):
-        return plain_array(_inline(tensor, folder[0], copy=True) if uses_external_data(tensor) else tensor)
+        return plain_array(inline_tensor(tensor, folder[0], copy=True) if uses_external_data(tensor) else tensor)
 
     def save(self, *args, **kwargs):
         for tensor in self.model.graph.initializer:
             if uses_external_data(tensor):
-                _inline(tensor, folder[0], copy=False)
+                inline_tensor(tensor, folder[0], copy=False)
         return plain_save(self, *args, **kwargs)
 
     patches = [(utils, "load_model_with_shape_infer", load), (quantize, "load_model_with_shape_infer", load),
@@ -62,14 +62,17 @@ def weights_read_lazily():
             setattr(owner, name, value)
 
 
-def _inline(tensor, folder: str, copy: bool):
-    """``tensor`` (or a copy of it) with its external bytes read in."""
+def inline_tensor(tensor, folder: str, copy: bool):
+    """``tensor`` (or a copy of it) with its external bytes read in (``folder``: where its location is relative
+    to); one already inline is returned as it is (or copied)."""
     import onnx
-    from onnx.external_data_helper import load_external_data_for_tensor
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
     if copy:
         tensor, original = onnx.TensorProto(), tensor
         tensor.CopyFrom(original)
+    if not uses_external_data(tensor):
+        return tensor
     load_external_data_for_tensor(tensor, folder)
     tensor.data_location = onnx.TensorProto.DEFAULT
     del tensor.external_data[:]

@@ -1,6 +1,7 @@
 """What a quantized ``.onnx`` actually quantizes, read from its graph (:mod:`edgeport.quantize.artifact_share`).
 
-Three shapes of int8 in onnxruntime's output: integer ops (``MatMulInteger``, ``ConvInteger``,
+Three shapes of int8 in onnxruntime's output (and one of int4, ``MatMulNBits``: packed int4 blocks, weight
+K x N, a float kernel unless ``accuracy_level`` 4): integer ops (``MatMulInteger``, ``ConvInteger``,
 ``DynamicQuantizeLSTM``, ``QLinear*``: integer weights, integer kernels), and QDQ (``DequantizeLinear`` of an
 int8 initializer feeding a float op: onnxruntime fuses it into an int8 kernel when the op's activations come
 through a DequantizeLinear too, else the weight is widened and the kernel is float). FLOPs come from the
@@ -19,7 +20,7 @@ WEIGHTED = {"MatMul": ((0, 1), -1), "Gemm": ((1,), -1), "Conv": ((1,), 1), "Conv
             "LSTM": ((1, 2), None), "GRU": ((1, 2), None), "RNN": ((1, 2), None),
             "MatMulInteger": ((1,), -1), "ConvInteger": ((1,), 1), "QLinearConv": ((3,), 1),
             "QLinearMatMul": ((3,), -1), "DynamicQuantizeMatMul": ((1,), -1), "MatMulIntegerToFloat": ((1,), -1),
-            "DynamicQuantizeLSTM": ((1, 2), None), "Gather": ((0,), None)}
+            "DynamicQuantizeLSTM": ((1, 2), None), "Gather": ((0,), None), "MatMulNBits": ((1,), -1)}
 INTEGER_OPS = ("MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeMatMul",
                "MatMulIntegerToFloat", "DynamicQuantizeLSTM")
 # ops onnxruntime's QDQ fusion turns into integer kernels (or passes int8 through): a DequantizeLinear feeding
@@ -54,7 +55,9 @@ def read(path: Path) -> ArtifactQuantization:
                     found.float_between[user.op_type] = found.float_between.get(user.op_type, 0) + 1
         op = _weighted(node, inits, shapes, producer)
         if op is not None:
-            op.weight_elements = sum(math.prod(inits[n].dims) for n in _weight_names(node, inits, producer) - seen)
+            fresh = _weight_names(node, inits, producer) - seen
+            op.weight_elements = op.weight_elements if node.op_type == "MatMulNBits" and fresh else \
+                sum(math.prod(inits[n].dims) for n in fresh)
             seen |= _weight_names(node, inits, producer)
             found.ops.append(op)
             if node.op_type in SLOW and SLOW[node.op_type] not in found.notes:
@@ -111,6 +114,14 @@ def _weighted(node, inits: dict, shapes: dict, producer: dict) -> WeightedOp | N
         return None
     elements = sum(math.prod(w.dims) for w, _ in weights)
     quantized = all(w.data_type in INT_TYPES for w, _ in weights)
+    if node.op_type == "MatMulNBits":  # packed blocks (uint8 bytes): the weight is K x N, its compute float
+        attrs = {a.name: a.i for a in node.attribute}   # unless accuracy_level 4 (int8 activations)
+        elements = attrs.get("K", 0) * attrs.get("N", 0) or elements
+        a = shapes.get(node.input[0])   # its output's shape is unknown to onnx's inference (a contrib op)
+        flops = 2 * elements * math.prod(a[:-1]) if a else _flops(node, elements, axis, shapes)
+        op = WeightedOp(node.op_type, elements, flops, True,
+                        attrs.get("accuracy_level") == 4, kernel=(attrs.get("K"), attrs.get("N")))
+        return op
     if node.op_type in INTEGER_OPS:
         int_compute = True
     elif quantized:  # QDQ: an int8 kernel only when every activation input is dequantized too

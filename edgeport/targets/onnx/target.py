@@ -6,7 +6,8 @@ itself (``own_capture`` in the row's rewrites), so edgeport is never worse than 
 Dynamic dims the user exported with ``torch.export.Dim`` stay symbolic in the ONNX graph and are listed in
 the report (``dynamic_inputs``). Quantized variants run onnxruntime's own quantizer on the fp32 model:
 ``dynamic-int8`` (int8 weights, activations quantized at run time — no calibration) and ``int8`` (static
-QDQ, activation ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples).
+QDQ, activation ranges calibrated on ``--calibration-data`` or, with a warning, on the parity samples),
+and ``int4-block32`` (onnxruntime's block-wise int4 weights, ``MatMulNBits``: :mod:`.nbits`).
 
 int8 is built for every x86-64 CPU by default (``--onnx-int8 portable``): onnxruntime's int8 kernels take a
 different path on CPUs without VNNI (most AVX2 machines), where VPMADDUBSW's 16-bit intermediate saturates
@@ -43,6 +44,13 @@ def int8_kernels(job: ConvertJob) -> dict:
     return {"built_for": name, **INT8_KERNELS[name]}
 
 
+def scheme_details(job) -> dict:
+    """What a quantized forward row records about how it was built: the int8 kernels, or the int4 blocks."""
+    from edgeport.targets.onnx.nbits import INT4
+
+    return {"int4": INT4} if job.variant == "int4-block32" else {"int8_kernels": int8_kernels(job)}
+
+
 def check_int8_kernels(value: str) -> None:
     if value not in INT8_KERNELS:
         raise UsageError(f"--onnx-int8 {value!r}: expected one of {', '.join(INT8_KERNELS)}")
@@ -60,7 +68,7 @@ def convert(job: ConvertJob) -> Converted:
     details = describe(path)
     own = details.pop("capture", None) == "module"
     if job.variant != "fp32":
-        details["int8_kernels"] = int8_kernels(job)
+        details.update(scheme_details(job))
         if own:
             job.notes.append(f"quantized from {FP32_NAME}, which torch.onnx captured from the module itself")
     return Converted(path, details, rewrites=[OWN_CAPTURE] if own else [], files=external_files(path))
@@ -146,16 +154,19 @@ def _io_names(program) -> tuple[list[str] | None, list[str] | None]:
 
 
 def _dynamic_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
-    """int8 weights of MatMul/Gemm, activations quantized at run time. Convolutions stay float: onnxruntime's
-    dynamic ConvInteger runs several times slower than its fp32 Conv (static int8 is the CNN variant).
-    ``layers``: ``nodes_to_exclude`` / ``nodes_to_quantize`` (layers kept float, :mod:`onnx_quant`)."""
+    """int8 weights of MatMul/Gemm, one scale per output channel, activations quantized at run time.
+    Convolutions stay float: onnxruntime's dynamic ConvInteger runs several times slower than its fp32 Conv
+    (static int8 is the CNN variant). Per-channel, not ``quantize_dynamic``'s per-tensor default: one scale
+    for a whole LLM weight matrix let its outlier columns set everyone's step (SmolLM2-135M, teacher-forced:
+    mean KLD 0.20 per-tensor, 0.068 per-channel; bench/LLM_QUALITY.md). ``layers``: ``nodes_to_exclude`` /
+    ``nodes_to_quantize`` (layers kept float, :mod:`onnx_quant`)."""
     from onnxruntime.quantization import quantize_dynamic
 
     kernels = int8_kernels(job)
     with _quiet_quantizer():  # LSTMs too, once their weights are folded (onnx_recurrent)
         onnx_recurrent.quantize_from(src, lambda model: quantize_dynamic(
             str(model), str(dst), weight_type=_quant_type(kernels["weight_type"]), reduce_range=kernels["reduce_range"],
-            op_types_to_quantize=["MatMul", "Gemm", *onnx_recurrent.RECURRENT_ONNX], **layers))
+            per_channel=True, op_types_to_quantize=["MatMul", "Gemm", *onnx_recurrent.RECURRENT_ONNX], **layers))
 
 
 def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
@@ -188,13 +199,21 @@ def _static_int8(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
                                           layers.get("nodes_to_exclude") or (), layers.get("nodes_to_quantize"))
 
 
+def _int4_block32(src: Path, dst: Path, job: ConvertJob, **layers) -> None:
+    """int4 weights in blocks of 32 (onnxruntime's MatMulNBits, :mod:`.nbits`); ``layers`` as for int8."""
+    from edgeport.targets.onnx.nbits import INT4, quantize_nbits
+
+    if not quantize_nbits(src, dst, INT4, **layers):
+        job.notes.append("int4-block32: no MatMul/Gemm with a constant 2-D weight to quantize")
+
+
 def _quant_type(name: str):
     from onnxruntime.quantization import QuantType
 
     return {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[name]
 
 
-QUANTIZERS = {"dynamic-int8": _dynamic_int8, "int8": _static_int8}
+QUANTIZERS = {"dynamic-int8": _dynamic_int8, "int8": _static_int8, "int4-block32": _int4_block32}
 
 
 def prepare_fallback(job: ConvertJob) -> onnx_quant.OnnxLayerQuantizer:
@@ -230,15 +249,16 @@ def describe(path: Path) -> dict:
 TARGET = Target(
     name="onnx",
     description="ONNX for onnxruntime (torch.onnx dynamo exporter; onnxruntime quantization)",
-    variants=("fp32", "dynamic-int8", "int8"),
-    budgets={"fp32": parity.FP32, "dynamic-int8": parity.DYNAMIC_INT8, "int8": parity.STATIC_INT8},
+    variants=("fp32", "dynamic-int8", "int8", "int4-block32"),
+    budgets={"fp32": parity.FP32, "dynamic-int8": parity.DYNAMIC_INT8, "int8": parity.STATIC_INT8,
+             "int4-block32": parity.INT4_BLOCK},
     requires=("onnx", "onnxruntime", "onnxscript"),
     extra="onnx",
     convert=convert,
     runners=(OnnxRunner,),
     generative="edgeport.targets.onnx.generate",
-    options=(TargetOption("onnx-int8", "onnx: CPUs the int8 variants are built for: portable (default: accurate on "
-                          "every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
+    options=(TargetOption("onnx-int8", "onnx: CPUs the forward int8 variants are built for: portable (default: "
+                          "accurate on every x86-64 CPU) or vnni (full 8-bit weights; saturate on CPUs without VNNI)",
                           validate=check_int8_kernels),
              TargetOption("onnx-external-data", "onnx: store the weights in model.onnx.data beside model.onnx "
                           "(torch.onnx does so by itself above 1.5 GB of weights)", kind=bool)),

@@ -125,11 +125,12 @@ def measure(runner, layout: Layout, ref: QualityReference) -> dict:
 # Q4_1 GGUF, dequantized), 256 tokens of Python's help topics, LiteRT (README "Quality on real text"):
 # dynamic-int8 measured mean KLD 0.025, p99 0.11, same top-1 90.6%, delta ppl +1.2%: the budget is ~2x that
 # (another text or machine moves these numbers; a scheme 2x worse still answers like the model); ONNX's
-# dynamic-int8 measured 0.20 / 0.84 / 78.9% (delta ppl +11%) and fails it, as it should next to LiteRT's.
-# int4-block32 measured 0.47 / 1.9 / 67.6% (delta ppl +42%): not a model that answers like the original,
-# so the budget (llama.cpp's "usable 4-bit" range scaled to a 135M model) fails it until layers are kept in
-# higher precision. weight-int8 keeps float activations: at most dynamic-int8's. fp16/bf16 were not measured
-# on the real checkpoint here: their budgets are rounding-error sized.
+# dynamic-int8 measured 0.20 / 0.84 / 78.9% (delta ppl +11%) with per-tensor quantize_dynamic and failed it,
+# as it should have; its MatMulNBits int8 blocks measure 0.0057 / 0.022 / 94.5% (128 tokens, bench/LLM_QUALITY.md).
+# int4-block32 measured 0.47 / 1.9 / 67.6% (delta ppl +42%; ONNX's 0.33 / 1.2 / 68.0% at 128 tokens): not a
+# model that answers like the original, so the budget (llama.cpp's "usable 4-bit" range scaled to a 135M
+# model) fails it until layers are kept in higher precision. weight-int8 keeps float activations: at most
+# dynamic-int8's. fp16/bf16 were not measured on the real checkpoint here: their budgets are rounding-error sized.
 QUALITY_BUDGETS = {
     "fp16": {"kld_mean_max": 0.002, "kld_p99_max": 0.02, "top1_agreement_min": 0.98},
     "bf16": {"kld_mean_max": 0.01, "kld_p99_max": 0.1, "top1_agreement_min": 0.95},

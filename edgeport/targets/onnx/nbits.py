@@ -1,0 +1,159 @@
+"""onnxruntime's block-wise weight quantizer, MatMul -> ``MatMulNBits`` (``com.microsoft``, run by its CPU
+provider), for two variants:
+
+- ``int4-block32`` (forward and text generation): signed int4 weights in blocks of 32 along K, one fp32
+  scale per block (symmetric: no zero points). ``accuracy_level`` unset: the kernel dequantizes a block and
+  computes in float, so the error is the weights' alone (LiteRT's int4-block32 quantizes activations too).
+- ``dynamic-int8`` of text generation (:data:`INT8_BLOCKS`): int8 weights in blocks of 64, ``accuracy_level``
+  4: activations quantized to int8 at run time per row and block, integer dot products. ``quantize_dynamic``
+  quantizes activations per tensor, one scale for the whole prompt in a prefill graph, whose outlier tokens
+  then cost every other token its precision (SmolLM2-135M, per-channel weights: mean KLD 0.068; 0.057 with
+  only the prefill graph quantized, 0.018 with only the decode graph; this scheme 0.0057; bench/LLM_QUALITY.md). Blocks of 64 divide the
+  hidden sizes of common small LLMs (576, 896, 960, 2048; 128 pads 576 to 640) at 1/16 of scales.
+
+The weights of every MatMul with a constant 2-D weight (and of every Gemm, first rewritten as MatMul + Add)
+are quantized by ``onnxruntime.quantization.matmul_nbits_quantizer``'s ``DefaultWeightOnlyQuantizer`` (its
+math, its packing). Other ops (an embedding's Gather, norms) keep their fp32 weights.
+
+Weights are read one at a time: the graph is loaded without its external data (``model.onnx.data`` of a
+large forward model, a generative graph's data), a weight is read into a temporary copy, quantized, and
+dropped; only the tensors left as they were are read in just before the graph is saved (as
+:mod:`.lazy_weights` does for ``quantize_dynamic``). ``MatMulNBitsQuantizer(path)`` itself loads the whole
+graph with its data.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterable
+
+INT4 = {"bits": 4, "block_size": 32, "symmetric": True, "op": "MatMulNBits",
+        "compute": "float (accuracy_level unset: blocks dequantized in the kernel)"}
+INT8_BLOCKS = {"bits": 8, "block_size": 64, "symmetric": True, "op": "MatMulNBits", "accuracy_level": 4,
+               "compute": "int8 (activations quantized at run time, per row and block)"}
+
+
+def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclude: Iterable[str] = (),
+                   nodes_to_quantize=None, external: bool | None = None) -> int:
+    """Write ``dst``: ``src`` with its MatMul/Gemm weights in ``scheme``'s blocks. ``nodes_to_exclude`` /
+    ``nodes_to_quantize`` name the graph's MatMul/Gemm nodes (the float-fallback's layers). ``external``: save
+    the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). Returns how
+    many nodes became MatMulNBits."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                 DefaultWeightOnlyQuantizer)
+
+    from edgeport.targets.onnx.lazy_weights import inline_tensor
+
+    model = onnx.load(str(src), load_external_data=False)
+    graph, folder = model.graph, str(Path(src).parent)
+    if external is None:
+        external = any(uses_external_data(t) for t in graph.initializer)
+    config = DefaultWeightOnlyQuantConfig(block_size=scheme["block_size"], is_symmetric=scheme["symmetric"],
+                                          accuracy_level=scheme.get("accuracy_level"), bits=scheme["bits"],
+                                          op_types_to_quantize=("MatMul",))
+    quantizer = DefaultWeightOnlyQuantizer(config)
+    log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
+    level = log.level
+    log.setLevel(logging.WARNING)   # it logs two INFO lines per node on its own handler
+    try:
+        model, done = _quantize_nodes(model, quantizer, folder, nodes_to_exclude, nodes_to_quantize)
+    finally:
+        log.setLevel(level)
+    graph = model.graph
+    for tensor in graph.initializer:   # the weights left as they were (an embedding), read in to be saved
+        if uses_external_data(tensor):
+            inline_tensor(tensor, folder, copy=False)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    if external:
+        onnx.save(model, str(dst), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=Path(dst).name + ".data", size_threshold=1024)
+    else:
+        onnx.save(model, str(dst))
+    return done
+
+
+def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_quantize):
+    """(model, nodes quantized): each eligible node's weight read, quantized and dropped in turn."""
+    import onnx
+
+    graph = model.graph
+    excluded, included = set(nodes_to_exclude), None if nodes_to_quantize is None else set(nodes_to_quantize)
+    inits = {t.name: t for t in graph.initializer}
+    nodes, added, done = [], {}, 0
+    for node in graph.node:
+        wanted = node.name not in excluded and (included is None or node.name in included)
+        as_matmul = _as_matmul(node, inits, folder) if wanted else None
+        if as_matmul is None:
+            nodes.append(node)
+            continue
+        matmul, weight, after = as_matmul
+        scratch = onnx.GraphProto(initializer=[weight])   # the one fp32 weight read in, dropped after
+        new = quantizer.quantize(matmul, [graph, scratch])
+        if len(new) == 1 and new[0] is matmul:  # the quantizer left it (not a 2-D weight)
+            nodes.append(node)
+            continue
+        done += 1
+        nodes.extend([*new, *after])
+        for tensor in scratch.initializer:
+            if tensor.name != weight.name:
+                added.setdefault(tensor.name, tensor)  # a weight two MatMuls share: stored once
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(added.values())
+    _drop_unused(graph)
+    return model, done
+
+
+def _as_matmul(node, inits: dict, folder: str):
+    """(MatMul node, its weight read in, nodes after it) for a MatMul or Gemm with a constant weight, or None.
+    A Gemm (alpha = beta = 1, A not transposed) becomes ``<name>_MatMul`` on B (transposed if ``transB``)
+    and ``<name>_Add`` of C, as onnxruntime's dynamic quantizer rewrites it."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from edgeport.targets.onnx.lazy_weights import inline_tensor
+
+    if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2 or node.input[1] not in inits:
+        return None
+    tensor = inits[node.input[1]]
+    if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) or len(tensor.dims) != 2:
+        return None
+    weight = inline_tensor(tensor, folder, copy=True)
+    if node.op_type == "MatMul":
+        return node, weight, []
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0 or attrs.get("transA", 0):
+        return None
+    if attrs.get("transB", 0):
+        weight = numpy_helper.from_array(numpy_helper.to_array(weight).T.copy(), f"{tensor.name}_transposed")
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    product = f"{node.output[0]}_MatMul" if bias else node.output[0]
+    matmul = helper.make_node("MatMul", [node.input[0], weight.name], [product], name=f"{node.name}_MatMul")
+    after = [helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}_Add")] if bias else []
+    return matmul, weight, after
+
+
+def _drop_unused(graph) -> None:
+    """Initializers no node reads any more (the fp32 weights now quantized; subgraphs count as readers)."""
+    used = set()
+
+    def walk(g):
+        for n in g.node:
+            used.update(n.input)
+            for attr in n.attribute:
+                for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                    walk(sub)
+        used.update(o.name for o in g.output)
+
+    walk(graph)
+    keep = [t for t in graph.initializer if t.name in used]
+    dropped = {t.name for t in graph.initializer} - {t.name for t in keep}
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    inputs = [i for i in graph.input if i.name not in dropped]   # an old graph lists its weights as inputs too
+    del graph.input[:]
+    graph.input.extend(inputs)
