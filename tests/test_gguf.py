@@ -73,3 +73,36 @@ def test_smollm2_q4_1_real_weights(tmp_path):
     assert report["model"]["gguf"]["quantization"] == "Q4_1"
     assert report["model"]["params"] > 130_000_000
     assert report["targets"][0]["generation"]["token_agreement"] == 1.0
+
+
+def test_a_gguf_whose_metadata_implies_weights_it_lacks_is_refused_before_dequantizing(tmp_path):
+    """A few-KB GGUF whose metadata implies billions of parameters (feed_forward_length 16e6) but carries one
+    tiny tensor: exit 2 naming both counts, in seconds and without materialising them (it took 19 GB)."""
+    import time
+
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "big.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_context_length(64)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(16_000_000)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([bytes([i]).decode("latin-1") for i in range(256)])
+    w.add_token_types([1] * 256)
+    w.add_token_merges([])
+    w.add_tensor("token_embd.weight", np.zeros((256, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    start = time.perf_counter()
+    result = run_cli("convert", path, "-t", "onnx", "--out", tmp_path / "o")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "its metadata implies about" in result.stderr and "its tensors hold 16,384" in result.stderr
+    assert result.stderr.count("\n") == 1 and time.perf_counter() - start < 120 and not (tmp_path / "o").exists()
