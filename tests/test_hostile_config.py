@@ -106,6 +106,19 @@ def test_config_topk_that_applies_to_no_output_is_exit_2_before_conversion(tmp_p
     assert not (tmp_path / "out").exists() and "onnx fp32" not in result.stderr
 
 
+def test_config_topk_as_large_as_the_class_count_cannot_fail_so_it_is_exit_2(tmp_path):
+    """topk = the number of classes puts every class in the top k: a gate that cannot fail is exit 2."""
+    (tmp_path / "m.py").write_text("import torch\n"
+                                   "def build():\n    return torch.nn.Linear(8, 4), (torch.randn(2, 8),)\n")
+    (tmp_path / "edgeport.toml").write_text('[budgets.fp32]\ntopk_agreement_min = 0.9\ntopk = 4\n')
+    result = run_cli("convert", f"{tmp_path / 'm.py'}:build", "--out", tmp_path / "out", *FAST, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "topk = 4" in result.stderr and "cannot fail" in result.stderr and "Traceback" not in result.stderr
+    (tmp_path / "edgeport.toml").write_text('[budgets.fp32]\ntopk_agreement_min = 0.9\ntopk = 3\n')
+    result = run_cli("convert", f"{tmp_path / 'm.py'}:build", "--out", tmp_path / "out", *FAST, cwd=tmp_path)
+    assert result.returncode in (0, 1) and "cannot fail" not in result.stderr, result.stdout + result.stderr
+
+
 def test_config_topk_agreement_zero_is_never_shown_as_tightened():
     from edgeport.validate.budget_audit import budget_changes
 

@@ -62,6 +62,12 @@ def check_applies(budget: dict, outputs, label: str) -> None:
     if not ranked:
         raise UsageError(f"{label}: {TOPK_KEY} is gated but no output of the model has a class axis to rank "
                          f"(outputs: {', '.join(names) or 'none'}); it would gate nothing")
+    k = int(budget.get("topk", 1))
+    classes = {n: shape[-1] for n, shape, _dtype in outputs if n in ranked and len(shape) >= 1}
+    if classes and all(isinstance(c, int) and 0 < c <= k for c in classes.values()):
+        raise UsageError(f"{label}: {TOPK_KEY} is gated with topk = {k}, but the ranked outputs have "
+                         f"{', '.join(f'{n}: {c}' for n, c in classes.items())} classes: every class is in the "
+                         "top k, so it cannot fail")
 
 
 def _ranks_classes(shape, dtype: str) -> bool:
