@@ -84,7 +84,7 @@ def read_marker(directory: Path) -> dict[str, str] | None:
     if path.is_symlink() or not path.is_file():
         return None
     try:
-        data = load_json(path.read_text()[: 64 << 20])
+        data = load_json(path.read_text()[: 64 << 20], str(path))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     entries = data.get("entries") if isinstance(data, dict) and data.get("schema") == MARKER_SCHEMA else None

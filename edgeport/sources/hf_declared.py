@@ -14,11 +14,10 @@ memory this machine has.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json
 
 SLACK = 4
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
@@ -91,7 +90,7 @@ def _header_elements(path: Path) -> int:
         if length > size - 8:
             raise UsageError(f"{path}: header claims {length} bytes, the file has {size}; not safetensors")
         try:
-            header = json.loads(f.read(length))
+            header = load_json(f.read(length), f"{path}: its header")
         except ValueError:
             raise UsageError(f"{path}: its header is not JSON; not safetensors") from None
     total = 0

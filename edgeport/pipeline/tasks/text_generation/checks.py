@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json, load_toml
 
 KINDS = ("contains", "regex", "json_schema")
 DEFAULT_MAX_NEW = 32
@@ -31,11 +31,9 @@ def read_checks(path_text: str) -> list[dict]:
         raise UsageError(f"--checks not found: {path}")
     try:
         if path.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(path.read_text())
+            data = load_toml(path.read_text(), f"--checks {path}")
         else:
-            data = json.loads(path.read_text())
+            data = load_json(path.read_text(), f"--checks {path}")
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read --checks {path}: {exc}") from exc
     entries = data.get("checks") if isinstance(data, dict) else data
