@@ -4,6 +4,7 @@ DIR (a pull request in a repository whose CI runs edgeport) must not make edgepo
 file outside it, or run its Python."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -29,6 +30,49 @@ def test_symlinked_report_file_is_refused_not_followed(fresh, tmp_path, command,
     assert result.returncode == 2, result.stdout + result.stderr
     assert "symlink" in result.stderr and "Traceback" not in result.stderr
     assert victim.read_text() == before
+
+
+@pytest.mark.parametrize("command,name", [("validate", "report.md"), ("validate", "report.html"),
+                                          ("validate", "report.json"), ("validate", "edgeport.log"),
+                                          ("report", "report.md"), ("report", "report.html")])
+def test_hard_linked_report_file_is_refused_not_written_through(fresh, tmp_path, command, name):
+    """A regular file in DIR that is a hard link to a file outside it (st_nlink 2): the symlink check passed it
+    and validate/report wrote the report in place, overwriting the outside file. Now exit 2 naming it."""
+    victim = tmp_path / "victim.txt"
+    shutil.copy(fresh / name, victim) if name == "report.json" else victim.write_text("precious\n")
+    before = victim.read_bytes()
+    (fresh / name).unlink()
+    (fresh / name).hardlink_to(victim)
+    args = ("--samples", "2", "--no-latency") if command == "validate" else ()
+    result = run_cli(command, fresh, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "hard link" in lines[0] and name in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and victim.read_bytes() == before
+
+
+def test_report_writers_replace_a_hard_link_rather_than_write_through(fresh, tmp_path):
+    """The second wall, without the check: report.json/md/html, the marker and the run log are new files renamed
+    over their names (edgeport.core.replace), so a link in DIR is replaced and the file outside keeps its bytes."""
+    from edgeport.core.proc import redirected
+    from edgeport.pipeline.marker import MARKER, claim
+    from edgeport.validate.report import write_outputs
+
+    names = ["report.json", "report.md", "report.html", MARKER, "edgeport.log"]
+    victims = {name: tmp_path / f"victim-{name}" for name in names}
+    for name, victim in victims.items():
+        shutil.copy(fresh / name, victim)
+        (fresh / name).unlink()
+        (fresh / name).hardlink_to(victim)
+    before = {name: victim.read_bytes() for name, victim in victims.items()}
+    write_outputs(fresh, read_report(fresh), None)
+    claim(fresh, ["junit.xml"])
+    with redirected(fresh / "edgeport.log"):
+        os.write(1, b"a line for the log\n")
+    assert {name: victim.read_bytes() for name, victim in victims.items()} == before
+    assert all((fresh / name).stat().st_nlink == 1 for name in names)
+    assert "a line for the log" in (fresh / "edgeport.log").read_text()
+    assert "junit.xml" in (fresh / MARKER).read_text()
 
 
 def test_junit_name_symlinked_out_of_dir_is_refused(fresh, tmp_path):
