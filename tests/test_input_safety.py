@@ -117,9 +117,10 @@ def test_tokenizer_folder_custom_code_never_runs(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
 @pytest.mark.parametrize("name", [".edgeport", "fleet.log"])
-def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_path, name):
-    """``fleet --force`` writes its marker and log into OUT in place: an OUT with those names symlinked out
+def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_path, name, link):
+    """``fleet --force`` writes its marker and log into OUT: an OUT with those names symlinked (or hard-linked) out
     must not carry the writes outside. (A copied report.json no longer makes OUT edgeport's, and a symlink
     is never on the marker's list: either refusal is exit 2 before anything is written.)"""
     out = tmp_path / "out"
@@ -127,14 +128,14 @@ def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_pa
     shutil.copy(converted / "report.json", out / "report.json")
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    (out / name).symlink_to(victim)
+    (out / name).symlink_to(victim) if link == "symlink" else (out / name).hardlink_to(victim)
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(f'[defaults]\ntargets = ["onnx"]\nsamples = 2\nlatency = false\n\n'
                      f'[[model]]\nname = "mlp"\nspec = "{MODELS}:mlp"\n')
     result = run_cli("fleet", fleet, "--out", out, "--force")
     assert result.returncode == 2, result.stdout + result.stderr
     assert victim.read_text() == "precious\n"
-    assert any(w in result.stderr for w in ("symlink", "did not write", "not written by edgeport")), result.stderr
+    assert any(w in result.stderr for w in ("symlink", "hard link", "did not write", "not written by edgeport")), result.stderr
 
 
 @pytest.mark.parametrize("field,value", [("artifact", 5), ("notes", [5]), ("sha256", 5), ("parity", "x"),
