@@ -137,24 +137,26 @@ def test_config_fleet_counts_out_of_range_are_exit_2(tmp_path, key, value):
 DEEP = "[" * 200_000 + "]" * 200_000   # 200,000 levels: a RecursionError (exit 1) or a C stack overflow before
 
 
-def _deep_hf(directory, in_header: bool):
-    """An hf: directory whose config.json, or else its safetensors header, nests an array 200,000 deep."""
+def _deep_hf(directory, deep_file: str):
+    """An hf: directory whose ``deep_file`` (config.json, generation_config.json or model.safetensors's header)
+    nests an array 200,000 deep."""
     import struct
 
     directory.mkdir()
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "vocab_size": 256,
               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 64}
-    if not in_header:
-        (directory / "config.json").write_text(json.dumps(config)[:-1] + ', "x": ' + DEEP + "}")
-        return directory / "config.json"
     (directory / "config.json").write_text(json.dumps(config))
+    if deep_file.endswith(".json"):   # transformers parses generation_config.json: read through edgeport's first
+        (directory / deep_file).write_text(json.dumps(config)[:-1] + ', "x": ' + DEEP + "}")
+        return directory / deep_file
     header = ('{"__metadata__": {"format": "pt"}, "x": ' + DEEP + "}").encode()
     (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
     return directory / "model.safetensors"
 
 
-@pytest.mark.parametrize("door", ["edgeport.toml", "pyproject.toml", "fleet.toml", "hf config.json", "hf header"])
+@pytest.mark.parametrize("door", ["edgeport.toml", "pyproject.toml", "fleet.toml", "hf config.json",
+                                  "hf generation_config.json", "hf model.safetensors"])
 def test_config_document_nested_200000_deep_is_one_line_exit_2(tmp_path, door):
     """Every document edgeport parses from input goes through errors.load_document: too deep is exit 2 naming
     the file, never ``internal error: RecursionError`` (exit 1) nor a crash."""
@@ -172,7 +174,7 @@ def test_config_document_nested_200000_deep_is_one_line_exit_2(tmp_path, door):
         named.write_text(f'[[model]]\nname = "a"\nspec = "{MODELS}:mlp"\ntargets = ["onnx"]\nx = {DEEP}\n')
         args = ("fleet", "fleet.toml", "--out", out)
     else:
-        named = _deep_hf(tmp_path / "hf", in_header=door == "hf header")
+        named = _deep_hf(tmp_path / "hf", door.split(" ")[1])
         args = ("convert", f"hf:{tmp_path / 'hf'}", "--out", out, *FAST)
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr[-2000:]

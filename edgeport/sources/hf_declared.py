@@ -98,3 +98,18 @@ def _header_elements(path: Path) -> int:
         if name != "__metadata__" and isinstance(info, dict) and isinstance(info.get("shape"), list):
             total += math.prod(int(d) for d in info["shape"] if isinstance(d, int))
     return total
+
+
+def check_documents(where: str) -> None:
+    """Every ``*.json`` of a local ``hf:`` directory (config, generation config, tokenizer files, weight
+    index) parsed once through the depth-bounded reader before transformers parses it with the interpreter's
+    recursion limit (which a library may have raised: a C stack overflow): nested too deep is exit 2 naming
+    the file. Other faults are left for transformers to report."""
+    directory = Path(where)
+    if not directory.is_dir():
+        return  # a hub id: the user's own local cache
+    for path in sorted(directory.glob("*.json")):
+        try:
+            load_json(path.read_bytes(), str(path))
+        except (OSError, ValueError):
+            continue
