@@ -29,7 +29,7 @@ JSON_DEPTH = 1000
 # Frames the parsers spend per level: the C JSON scanner one, tomllib up to three (a key, a value, an inline
 # table). tomllib is pure Python (3.11 calls Python from Python without the C stack), so its limit is set to
 # JSON_DEPTH levels' frames even above the interpreter's; the C parser's is only ever lowered.
-_FRAMES = {"json": (1, 16), "toml": (3, 16)}
+_FRAMES = {"json": (1, 16), "json-prefix": (1, 16), "toml": (3, 16)}
 
 
 class NestedTooDeep(UsageError, RecursionError):
@@ -38,7 +38,8 @@ class NestedTooDeep(UsageError, RecursionError):
 
 
 def load_document(raw, what: str = "a document", kind: str = "json"):
-    """The one parser for documents edgeport reads from input (``kind`` "json": text or bytes; "toml": text):
+    """The one parser for documents edgeport reads from input (``kind`` "json": text or bytes; "toml": text;
+    "json-prefix": the JSON value a text starts with, as ``(value, end)``, e.g. in a model's answer):
     a too-deep document is ``NestedTooDeep`` naming ``what``, never a crash. On Python 3.11 the C JSON parser
     counts its depth against the interpreter's recursion limit, and a library may raise that limit for its own
     recursive walks (LiteRT's converter tools set 100,000 when imported, i.e. after any LiteRT conversion in
@@ -54,7 +55,7 @@ def load_document(raw, what: str = "a document", kind: str = "json"):
     else:
         import json
 
-        parse = json.loads
+        parse = json.loads if kind == "json" else json.JSONDecoder().raw_decode
     per_level, slack = _FRAMES[kind]
     saved, bound = sys.getrecursionlimit(), _stack_depth() + per_level * JSON_DEPTH + slack
     sys.setrecursionlimit(bound if kind == "toml" else min(saved, bound))  # never raised for the C parser

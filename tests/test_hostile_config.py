@@ -186,7 +186,8 @@ def test_config_document_nested_200000_deep_is_one_line_exit_2(tmp_path, door):
 
 def test_config_deep_checks_and_toml_refused_even_after_the_recursion_limit_was_raised(tmp_path):
     """--checks (JSON or TOML) and every TOML reader, in a process whose recursion limit a library raised to
-    100,000 (as LiteRT's converter tools do): exit 0 here means each refused the file as bad input."""
+    100,000 (as LiteRT's converter tools do): exit 0 here means each refused the file as bad input; and a
+    --checks JSON check on a model's answer 200,000 brackets deep fails that check instead of crashing."""
     import subprocess
     import sys
 
@@ -204,6 +205,9 @@ def test_config_deep_checks_and_toml_refused_even_after_the_recursion_limit_was_
             "for call in calls:\n"
             "    try:\n        call()\n    except NestedTooDeep as exc:\n        assert 'nested deeper' in str(exc)\n"
             "    else:\n        sys.exit('no error')\n"
+            "from edgeport.pipeline.tasks.text_generation.checks import json_holds\n"
+            "held, why = json_holds({'type': 'array'}, 'answer: ' + '[' * 200_000 + ']' * 200_000)\n"
+            "assert not held and 'nested deeper' in why, why  # a model's answer: the check fails, no crash\n"
             "assert sys.getrecursionlimit() == 100_000\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
