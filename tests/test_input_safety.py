@@ -230,12 +230,16 @@ def test_deep_json_is_bad_input_even_after_a_library_raised_the_recursion_limit(
 
     (tmp_path / "exported").mkdir()
     (tmp_path / "exported" / "layout.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "tokenizer").mkdir()   # a generative DIR's tokenizer folder: edgeport parses it before transformers
+    (tmp_path / "tokenizer" / "tokenizer_config.json").write_text("[" * 200_000 + "]" * 200_000)
     code = ("import sys, pathlib; sys.setrecursionlimit(100_000)\n"
             "from edgeport.errors import UsageError, json_object, load_json\n"
             "from edgeport.pipeline.tasks.text_generation.directory import read_layout\n"
             "deep = '[' * 200_000 + ']' * 200_000\n"
             "try:\n    load_json(deep)\nexcept RecursionError:\n    pass\nelse:\n    sys.exit('parsed')\n"
-            "for call in (lambda: json_object(deep, 'x'), lambda: read_layout(pathlib.Path(sys.argv[1]))):\n"
+            "from edgeport.pipeline.tasks.text_generation.prompts import load_tokenizer\n"
+            "for call in (lambda: json_object(deep, 'x'), lambda: read_layout(pathlib.Path(sys.argv[1])),\n"
+            "             lambda: load_tokenizer(pathlib.Path(sys.argv[1]) / 'tokenizer', '--prompt')):\n"
             "    try:\n        call()\n    except UsageError:\n        pass\n    else:\n        sys.exit('no error')\n"
             "assert sys.getrecursionlimit() == 100_000\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
