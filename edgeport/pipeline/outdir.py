@@ -63,7 +63,11 @@ def check_own_files(directory: Path, names) -> None:
     """``validate``/``report``/``fleet --force`` write these names into a directory they did not create: one that is a symlink
     (or not a regular file), or a hard link (a file with another name, maybe outside it), would carry the write
     outside it, so it is bad input (exit 2), before any work. (The writers also replace rather than write through:
-    :mod:`edgeport.core.replace`.)"""
+    :mod:`edgeport.core.replace`, so DIR itself must be writable.)"""
+    names = list(names)
+    if names and Path(directory).is_dir() and not os.access(directory, WRITABLE):
+        raise UsageError(f"cannot write into {directory}: edgeport writes its files there as new files renamed "
+                         "over the old ones, and the directory is not writable")
     for name in names:
         path = Path(directory) / name
         if path.is_symlink() or (path.exists() and not path.is_file()):
