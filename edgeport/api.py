@@ -44,6 +44,7 @@ def render(directory: Path, formats: list[str], baseline: Path | None = None, co
     regressions and update report.json. The exit code is the report's verdict (0 passed, 1 not)."""
     from edgeport.config import load_config
     from edgeport.pipeline.plan import read_baseline
+    from edgeport.core.replace import write_replacing
     from edgeport.pipeline.outdir import check_own_files
     from edgeport.validate.report import REPORT_FORMATS, finish_report, read_report_dir, renderers, write_json
 
@@ -63,5 +64,8 @@ def render(directory: Path, formats: list[str], baseline: Path | None = None, co
     if base is not None:
         write_json(directory / "report.json", report)
     for fmt in formats:
-        (output or directory / REPORT_FORMATS[fmt]).write_text(renderers()[fmt](report))
+        if output is not None:  # the user's own path (it may be /dev/stdout): written as given
+            output.write_text(renderers()[fmt](report))
+        else:
+            write_replacing(directory / REPORT_FORMATS[fmt], renderers()[fmt](report))
     return Result(report, directory, 0 if report["passed"] else 1)

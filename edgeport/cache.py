@@ -133,7 +133,7 @@ class Cache:
 
     def _meta(self, entry: Path) -> dict | None:
         try:
-            meta = load_json((entry / "meta.json").read_text())
+            meta = load_json((entry / "meta.json").read_text(), str(entry / "meta.json"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
@@ -210,7 +210,7 @@ class Cache:
             if not KEY.fullmatch(meta_path.parent.name) or meta_path.parent.parent.name != meta_path.parent.name[:2]:
                 continue  # not an entry this cache wrote
             try:
-                meta, used = load_json(meta_path.read_text()), meta_path.stat().st_mtime
+                meta, used = load_json(meta_path.read_text(), str(meta_path)), meta_path.stat().st_mtime
                 size = sum(int(f["bytes"]) for f in meta["files"].values())
             except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RecursionError):
                 continue  # (a bytes of 1e999 or a files list: not ours, and no reason for every run to fail)
@@ -273,7 +273,7 @@ def _foreign(entry: Path) -> list[str]:
     nothing reliable: such an entry is still dropped when it holds only those two names.)"""
     found = [p.name for p in entry.iterdir() if p.name not in ("meta.json", "files") or p.is_symlink()]
     try:
-        listed = {f"files/{rel}" for rel in load_json((entry / "meta.json").read_text())["files"]}
+        listed = {f"files/{rel}" for rel in load_json((entry / "meta.json").read_text(), str(entry / "meta.json"))["files"]}
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return found
     if any(".." in rel.split("/") for rel in listed):

@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_toml
 from edgeport.validate.parity import ALLOW_KEYS, BUDGET_KEYS, GATE_KEYS, LIST_KEYS
 
 # Why these numbers: parity errors of a fixed converter on fixed samples are deterministic, so any real growth
@@ -54,7 +54,7 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> dict:
 
 def _read_toml(path: Path, tool_table: bool) -> dict:
     try:
-        data = tomllib.loads(path.read_text())
+        data = load_toml(path.read_text(), str(path))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot parse {path}: {exc}") from exc
     return data.get("tool", {}).get("edgeport", {}) if tool_table else data

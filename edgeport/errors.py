@@ -24,26 +24,57 @@ class ExportFailed(Exception):
     """torch.export refused the model: every target fails with this message (exit 1)."""
 
 
-# How deep a JSON document may nest below the caller's own frames (Python's default recursion limit).
+# How deep a document (JSON or TOML) may nest below the caller's own frames (Python's default recursion limit).
 JSON_DEPTH = 1000
+# Frames the parsers spend per level: the C JSON scanner one, tomllib up to three (a key, a value, an inline
+# table). tomllib is pure Python (3.11 calls Python from Python without the C stack), so its limit is set to
+# JSON_DEPTH levels' frames even above the interpreter's; the C parser's is only ever lowered.
+_FRAMES = {"json": (1, 16), "json-prefix": (1, 16), "toml": (3, 16)}
 
 
-def load_json(raw):
-    """``json.loads`` for files edgeport did not write (a DIR, an archive, the cache): nesting too deep is a
-    ``RecursionError`` (bad input), never a crash. On Python 3.11 the C parser counts its depth against the
-    interpreter's recursion limit, and a library may raise that limit for its own recursive walks (LiteRT's
-    converter tools set 100,000 when imported, i.e. after any LiteRT conversion in the process): a document
-    200,000 brackets deep then overflows the C stack, a segfault, before the limit is reached. The limit is
-    held at the caller's depth + JSON_DEPTH while parsing."""
-    import json
+class NestedTooDeep(UsageError, RecursionError):
+    """A document nested deeper than JSON_DEPTH levels: bad input (exit 2) naming the file. Also a
+    ``RecursionError``, so a reader that treats any unreadable file as absent (the store's entries) still does."""
+
+
+def load_document(raw, what: str = "a document", kind: str = "json"):
+    """The one parser for documents edgeport reads from input (``kind`` "json": text or bytes; "toml": text;
+    "json-prefix": the JSON value a text starts with, as ``(value, end)``, e.g. in a model's answer):
+    a too-deep document is ``NestedTooDeep`` naming ``what``, never a crash. On Python 3.11 the C JSON parser
+    counts its depth against the interpreter's recursion limit, and a library may raise that limit for its own
+    recursive walks (LiteRT's converter tools set 100,000 when imported, i.e. after any LiteRT conversion in
+    the process): a document 200,000 brackets deep then overflows the C stack, a segfault, before the limit
+    is reached. The limit is held at the caller's depth + JSON_DEPTH levels' frames while parsing. Decoding
+    errors (``ValueError``, ``tomllib.TOMLDecodeError``, ``UnicodeDecodeError``) are the caller's to word."""
     import sys
 
-    saved = sys.getrecursionlimit()
-    sys.setrecursionlimit(min(saved, _stack_depth() + JSON_DEPTH))
+    if kind == "toml":
+        import tomllib
+
+        parse = tomllib.loads
+    else:
+        import json
+
+        parse = json.loads if kind == "json" else json.JSONDecoder().raw_decode
+    per_level, slack = _FRAMES[kind]
+    saved, bound = sys.getrecursionlimit(), _stack_depth() + per_level * JSON_DEPTH + slack
+    sys.setrecursionlimit(bound if kind == "toml" else min(saved, bound))  # never raised for the C parser
     try:
-        return json.loads(raw)
+        return parse(raw)
+    except RecursionError:
+        raise NestedTooDeep(f"{what}: nested deeper than {JSON_DEPTH} levels") from None
     finally:
         sys.setrecursionlimit(saved)
+
+
+def load_json(raw, what: str = "a JSON document"):
+    """``json.loads`` for files edgeport did not write (a DIR, an archive, the cache), through load_document."""
+    return load_document(raw, what, "json")
+
+
+def load_toml(text: str, what: str = "a TOML document") -> dict:
+    """``tomllib.loads`` for files a user supplied (edgeport.toml, pyproject.toml, fleet.toml, --checks)."""
+    return load_document(text, what, "toml")
 
 
 def _stack_depth() -> int:
@@ -58,9 +89,7 @@ def _stack_depth() -> int:
 def json_object(raw, what: str) -> dict:
     """``raw`` (text or bytes) parsed as a JSON object; anything else is bad input naming ``what``."""
     try:
-        data = load_json(raw)
-    except RecursionError:
-        raise UsageError(f"{what} is not valid JSON (nested too deeply)") from None
+        data = load_json(raw, what)
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{what} is not valid JSON ({exc})") from None
     if not isinstance(data, dict):

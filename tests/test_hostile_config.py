@@ -145,3 +145,83 @@ def test_config_fleet_counts_out_of_range_are_exit_2(tmp_path, key, value):
     result = run_cli("fleet", "fleet.toml", "--out", tmp_path / "out", cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert ("--" + key.replace("_", "-") in result.stderr or key in result.stderr) and "Traceback" not in result.stderr
+
+
+DEEP = "[" * 200_000 + "]" * 200_000   # 200,000 levels: a RecursionError (exit 1) or a C stack overflow before
+
+
+def _deep_hf(directory, deep_file: str):
+    """An hf: directory whose ``deep_file`` (config.json, generation_config.json or model.safetensors's header)
+    nests an array 200,000 deep."""
+    import struct
+
+    directory.mkdir()
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "vocab_size": 256,
+              "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 64}
+    (directory / "config.json").write_text(json.dumps(config))
+    if deep_file.endswith(".json"):   # transformers parses generation_config.json: read through edgeport's first
+        (directory / deep_file).write_text(json.dumps(config)[:-1] + ', "x": ' + DEEP + "}")
+        return directory / deep_file
+    header = ('{"__metadata__": {"format": "pt"}, "x": ' + DEEP + "}").encode()
+    (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return directory / "model.safetensors"
+
+
+@pytest.mark.parametrize("door", ["edgeport.toml", "pyproject.toml", "fleet.toml", "hf config.json",
+                                  "hf generation_config.json", "hf model.safetensors"])
+def test_config_document_nested_200000_deep_is_one_line_exit_2(tmp_path, door):
+    """Every document edgeport parses from input goes through errors.load_document: too deep is exit 2 naming
+    the file, never ``internal error: RecursionError`` (exit 1) nor a crash."""
+    out, toml = tmp_path / "out", f"[budgets.fp32]\nx = {DEEP}\n"
+    if door == "edgeport.toml":
+        (tmp_path / "elsewhere.toml").write_text(toml)
+        named = tmp_path / "elsewhere.toml"
+        args = ("convert", f"{MODELS}:mlp", "--out", out, "--config", named, *FAST)
+    elif door == "pyproject.toml":
+        named = tmp_path / "pyproject.toml"
+        named.write_text(f"[tool.edgeport]\nx = {DEEP}\n")
+        args = ("convert", f"{MODELS}:mlp", "--out", out, *FAST)
+    elif door == "fleet.toml":
+        named = tmp_path / "fleet.toml"
+        named.write_text(f'[[model]]\nname = "a"\nspec = "{MODELS}:mlp"\ntargets = ["onnx"]\nx = {DEEP}\n')
+        args = ("fleet", "fleet.toml", "--out", out)
+    else:
+        named = _deep_hf(tmp_path / "hf", door.split(" ")[1])
+        args = ("convert", f"hf:{tmp_path / 'hf'}", "--out", out, *FAST)
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr[-2000:]
+    error = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(error) == 1 and named.name in error[0] and "nested deeper than 1000 levels" in error[0], result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert not out.exists()
+
+
+def test_config_deep_checks_and_toml_refused_even_after_the_recursion_limit_was_raised(tmp_path):
+    """--checks (JSON or TOML) and every TOML reader, in a process whose recursion limit a library raised to
+    100,000 (as LiteRT's converter tools do): exit 0 here means each refused the file as bad input; and a
+    --checks JSON check on a model's answer 200,000 brackets deep fails that check instead of crashing."""
+    import subprocess
+    import sys
+
+    (tmp_path / "checks.json").write_text(DEEP)
+    (tmp_path / "checks.toml").write_text(f"checks = {DEEP}\n")
+    (tmp_path / "edgeport.toml").write_text(f"x = {DEEP}\n")
+    (tmp_path / "fleet.toml").write_text(f"x = {{a = {'{a = ' * 100_000}1{'}' * 100_000}}}\n")
+    code = ("import sys, pathlib; sys.setrecursionlimit(100_000); d = pathlib.Path(sys.argv[1])\n"
+            "from edgeport.errors import NestedTooDeep\n"
+            "from edgeport.config import load_config\n"
+            "from edgeport.fleet.spec import read_fleet\n"
+            "from edgeport.pipeline.tasks.text_generation.checks import read_checks\n"
+            "calls = [lambda: read_checks(str(d / 'checks.json')), lambda: read_checks(str(d / 'checks.toml')),\n"
+            "         lambda: load_config(d / 'edgeport.toml'), lambda: read_fleet(d / 'fleet.toml', d / 'out')]\n"
+            "for call in calls:\n"
+            "    try:\n        call()\n    except NestedTooDeep as exc:\n        assert 'nested deeper' in str(exc)\n"
+            "    else:\n        sys.exit('no error')\n"
+            "from edgeport.pipeline.tasks.text_generation.checks import json_holds\n"
+            "held, why = json_holds({'type': 'array'}, 'answer: ' + '[' * 200_000 + ']' * 200_000)\n"
+            "assert not held and 'nested deeper' in why, why  # a model's answer: the check fails, no crash\n"
+            "assert sys.getrecursionlimit() == 100_000\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])

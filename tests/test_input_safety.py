@@ -4,6 +4,7 @@ DIR (a pull request in a repository whose CI runs edgeport) must not make edgepo
 file outside it, or run its Python."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -29,6 +30,49 @@ def test_symlinked_report_file_is_refused_not_followed(fresh, tmp_path, command,
     assert result.returncode == 2, result.stdout + result.stderr
     assert "symlink" in result.stderr and "Traceback" not in result.stderr
     assert victim.read_text() == before
+
+
+@pytest.mark.parametrize("command,name", [("validate", "report.md"), ("validate", "report.html"),
+                                          ("validate", "report.json"), ("validate", "edgeport.log"),
+                                          ("report", "report.md"), ("report", "report.html")])
+def test_hard_linked_report_file_is_refused_not_written_through(fresh, tmp_path, command, name):
+    """A regular file in DIR that is a hard link to a file outside it (st_nlink 2): the symlink check passed it
+    and validate/report wrote the report in place, overwriting the outside file. Now exit 2 naming it."""
+    victim = tmp_path / "victim.txt"
+    shutil.copy(fresh / name, victim) if name == "report.json" else victim.write_text("precious\n")
+    before = victim.read_bytes()
+    (fresh / name).unlink()
+    (fresh / name).hardlink_to(victim)
+    args = ("--samples", "2", "--no-latency") if command == "validate" else ()
+    result = run_cli(command, fresh, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "hard link" in lines[0] and name in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and victim.read_bytes() == before
+
+
+def test_report_writers_replace_a_hard_link_rather_than_write_through(fresh, tmp_path):
+    """The second wall, without the check: report.json/md/html, the marker and the run log are new files renamed
+    over their names (edgeport.core.replace), so a link in DIR is replaced and the file outside keeps its bytes."""
+    from edgeport.core.proc import redirected
+    from edgeport.pipeline.marker import MARKER, claim
+    from edgeport.validate.report import write_outputs
+
+    names = ["report.json", "report.md", "report.html", MARKER, "edgeport.log"]
+    victims = {name: tmp_path / f"victim-{name}" for name in names}
+    for name, victim in victims.items():
+        shutil.copy(fresh / name, victim)
+        (fresh / name).unlink()
+        (fresh / name).hardlink_to(victim)
+    before = {name: victim.read_bytes() for name, victim in victims.items()}
+    write_outputs(fresh, read_report(fresh), None)
+    claim(fresh, ["junit.xml"])
+    with redirected(fresh / "edgeport.log"):
+        os.write(1, b"a line for the log\n")
+    assert {name: victim.read_bytes() for name, victim in victims.items()} == before
+    assert all((fresh / name).stat().st_nlink == 1 for name in names)
+    assert "a line for the log" in (fresh / "edgeport.log").read_text()
+    assert "junit.xml" in (fresh / MARKER).read_text()
 
 
 def test_junit_name_symlinked_out_of_dir_is_refused(fresh, tmp_path):
@@ -73,9 +117,10 @@ def test_tokenizer_folder_custom_code_never_runs(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
 @pytest.mark.parametrize("name", [".edgeport", "fleet.log"])
-def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_path, name):
-    """``fleet --force`` writes its marker and log into OUT in place: an OUT with those names symlinked out
+def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_path, name, link):
+    """``fleet --force`` writes its marker and log into OUT: an OUT with those names symlinked (or hard-linked) out
     must not carry the writes outside. (A copied report.json no longer makes OUT edgeport's, and a symlink
     is never on the marker's list: either refusal is exit 2 before anything is written.)"""
     out = tmp_path / "out"
@@ -83,14 +128,14 @@ def test_fleet_force_on_an_out_with_symlinked_files_is_refused(converted, tmp_pa
     shutil.copy(converted / "report.json", out / "report.json")
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    (out / name).symlink_to(victim)
+    (out / name).symlink_to(victim) if link == "symlink" else (out / name).hardlink_to(victim)
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(f'[defaults]\ntargets = ["onnx"]\nsamples = 2\nlatency = false\n\n'
                      f'[[model]]\nname = "mlp"\nspec = "{MODELS}:mlp"\n')
     result = run_cli("fleet", fleet, "--out", out, "--force")
     assert result.returncode == 2, result.stdout + result.stderr
     assert victim.read_text() == "precious\n"
-    assert any(w in result.stderr for w in ("symlink", "did not write", "not written by edgeport")), result.stderr
+    assert any(w in result.stderr for w in ("symlink", "hard link", "did not write", "not written by edgeport")), result.stderr
 
 
 @pytest.mark.parametrize("field,value", [("artifact", 5), ("notes", [5]), ("sha256", 5), ("parity", "x"),
@@ -185,12 +230,16 @@ def test_deep_json_is_bad_input_even_after_a_library_raised_the_recursion_limit(
 
     (tmp_path / "exported").mkdir()
     (tmp_path / "exported" / "layout.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "tokenizer").mkdir()   # a generative DIR's tokenizer folder: edgeport parses it before transformers
+    (tmp_path / "tokenizer" / "tokenizer_config.json").write_text("[" * 200_000 + "]" * 200_000)
     code = ("import sys, pathlib; sys.setrecursionlimit(100_000)\n"
             "from edgeport.errors import UsageError, json_object, load_json\n"
             "from edgeport.pipeline.tasks.text_generation.directory import read_layout\n"
             "deep = '[' * 200_000 + ']' * 200_000\n"
             "try:\n    load_json(deep)\nexcept RecursionError:\n    pass\nelse:\n    sys.exit('parsed')\n"
-            "for call in (lambda: json_object(deep, 'x'), lambda: read_layout(pathlib.Path(sys.argv[1]))):\n"
+            "from edgeport.pipeline.tasks.text_generation.prompts import load_tokenizer\n"
+            "for call in (lambda: json_object(deep, 'x'), lambda: read_layout(pathlib.Path(sys.argv[1])),\n"
+            "             lambda: load_tokenizer(pathlib.Path(sys.argv[1]) / 'tokenizer', '--prompt')):\n"
             "    try:\n        call()\n    except UsageError:\n        pass\n    else:\n        sys.exit('no error')\n"
             "assert sys.getrecursionlimit() == 100_000\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)

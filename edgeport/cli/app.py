@@ -14,6 +14,7 @@ from typing import List, Optional
 
 import typer
 
+from edgeport.core.replace import unlinked_for_append
 from edgeport.errors import UsageError
 from edgeport.targets.registry import TARGET_MODULES
 
@@ -110,6 +111,7 @@ def native_output_to(log: Path) -> None:
     sys.stderr.flush()
     sys.stdout = os.fdopen(os.dup(1), "w", buffering=1)
     sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)
+    unlinked_for_append(log)  # a link there is replaced, never appended through
     target = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(target, 1)
     os.dup2(target, 2)

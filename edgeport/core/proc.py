@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from edgeport.core.replace import unlinked_for_append
 from edgeport.core.scratch import scratch_file
 
 
@@ -49,6 +50,7 @@ def redirected(log_path: Path | None = None, fds: tuple[int, ...] = (1, 2)):
         log_path, keep = scratch_file(suffix=".log"), False
     else:
         keep = True
+        unlinked_for_append(log_path)  # a link there is replaced, never appended through
     captured = Captured(Path(log_path), keep)
     try:
         saved = [os.dup(fd) for fd in fds]

@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_toml
 
 # fleet key -> (convert_options keyword, type): what [defaults] and [[model]] may set
 KEYS = {
@@ -75,7 +75,7 @@ def read_fleet(path: Path, out: Path) -> Fleet:
     if not path.is_file():
         raise UsageError(f"fleet file not found: {path}")
     try:
-        data = tomllib.loads(path.read_text())
+        data = load_toml(path.read_text(), path.name)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path.name}: not valid TOML: {exc}") from None
     unknown = [k for k in data if k not in ("defaults", "model", "ray")]

@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from edgeport.core.replace import write_replacing
 from edgeport.errors import UsageError, load_json
 
 MARKER = ".edgeport"
@@ -62,7 +63,7 @@ def write_marker(directory: Path, extra: dict[str, str] | None = None) -> None:
     """Record everything now in ``directory`` (plus ``extra``: paths about to be written) as edgeport's."""
     entries = {RUN_LOG: "file", **listing(directory), **(extra or {})}
     data = {"schema": MARKER_SCHEMA, "report_schema": REPORT_SCHEMA, "entries": dict(sorted(entries.items()))}
-    (Path(directory) / MARKER).write_text(json.dumps(data, indent=1) + "\n")
+    write_replacing(Path(directory) / MARKER, json.dumps(data, indent=1) + "\n")
 
 
 def claim(directory: Path, names) -> None:
@@ -74,7 +75,7 @@ def claim(directory: Path, names) -> None:
     for name in names:
         entries.setdefault(Path(name).as_posix(), "file")
     data = {"schema": MARKER_SCHEMA, "report_schema": REPORT_SCHEMA, "entries": dict(sorted(entries.items()))}
-    (Path(directory) / MARKER).write_text(json.dumps(data, indent=1) + "\n")
+    write_replacing(Path(directory) / MARKER, json.dumps(data, indent=1) + "\n")
 
 
 def read_marker(directory: Path) -> dict[str, str] | None:
@@ -84,7 +85,7 @@ def read_marker(directory: Path) -> dict[str, str] | None:
     if path.is_symlink() or not path.is_file():
         return None
     try:
-        data = load_json(path.read_text()[: 64 << 20])
+        data = load_json(path.read_text()[: 64 << 20], str(path))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     entries = data.get("entries") if isinstance(data, dict) and data.get("schema") == MARKER_SCHEMA else None

@@ -61,12 +61,21 @@ def is_ours(directory: Path) -> bool:
 
 def check_own_files(directory: Path, names) -> None:
     """``validate``/``report``/``fleet --force`` write these names into a directory they did not create: one that is a symlink
-    (or not a regular file) would carry the write outside it, so it is bad input (exit 2), before any work."""
+    (or not a regular file), or a hard link (a file with another name, maybe outside it), would carry the write
+    outside it, so it is bad input (exit 2), before any work. (The writers also replace rather than write through:
+    :mod:`edgeport.core.replace`, so DIR itself must be writable.)"""
+    names = list(names)
+    if names and Path(directory).is_dir() and not os.access(directory, WRITABLE):
+        raise UsageError(f"cannot write into {directory}: edgeport writes its files there as new files renamed "
+                         "over the old ones, and the directory is not writable")
     for name in names:
         path = Path(directory) / name
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise UsageError(f"{path} is a symlink or not a regular file; edgeport writes only its own files "
                              f"inside {directory}")
+        if path.exists() and path.stat().st_nlink > 1:
+            raise UsageError(f"{path} is a hard link ({path.stat().st_nlink} names for one file, maybe outside "
+                             f"{directory}); edgeport writes only its own files inside {directory}")
     claim(directory, names)  # about to be written: a later --force may replace them (and only them)
 
 

@@ -110,7 +110,7 @@ def forward_reference(directory: Path, judge: JudgeOptions, reading, progress: P
 
 def manifest_input_names(directory: Path) -> tuple[str, ...] | None:
     try:
-        manifest = load_json((directory / "manifest.json").read_text())
+        manifest = load_json((directory / "manifest.json").read_text(), str(directory / "manifest.json"))
         return tuple(i["name"] for i in manifest["inputs"])
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None  # the program's own placeholder names then

@@ -31,6 +31,9 @@ def load_config(where: str, trust_remote_code: bool):
         import transformers
     except ImportError as exc:
         raise UsageError("hf: models need transformers: pip install 'edgeport[hf]'") from exc
+    from edgeport.sources.hf_declared import check_documents
+
+    check_documents(where)
     try:
         config = transformers.AutoConfig.from_pretrained(where, local_files_only=True, trust_remote_code=trust_remote_code)
     except Exception as exc:

@@ -14,11 +14,10 @@ memory this machine has.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import UsageError, load_json
 
 SLACK = 4
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
@@ -98,7 +97,7 @@ def _header_elements(path: Path) -> int:
         if length > size - 8:
             raise UsageError(f"{path}: header claims {length} bytes, the file has {size}; not safetensors")
         try:
-            header = json.loads(f.read(length))
+            header = load_json(f.read(length), f"{path}: its header")
         except ValueError:
             raise UsageError(f"{path}: its header is not JSON; not safetensors") from None
     total = 0
@@ -106,3 +105,18 @@ def _header_elements(path: Path) -> int:
         if name != "__metadata__" and isinstance(info, dict) and isinstance(info.get("shape"), list):
             total += math.prod(int(d) for d in info["shape"] if isinstance(d, int))
     return total
+
+
+def check_documents(where: str) -> None:
+    """Every ``*.json`` of a local ``hf:`` directory (config, generation config, tokenizer files, weight
+    index) parsed once through the depth-bounded reader before transformers parses it with the interpreter's
+    recursion limit (which a library may have raised: a C stack overflow): nested too deep is exit 2 naming
+    the file. Other faults are left for transformers to report."""
+    directory = Path(where)
+    if not directory.is_dir():
+        return  # a hub id: the user's own local cache
+    for path in sorted(directory.glob("*.json")):
+        try:
+            load_json(path.read_bytes(), str(path))
+        except (OSError, ValueError):
+            continue

@@ -33,7 +33,7 @@ def load_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline {path} is {path.stat().st_size} bytes, more than any report "
                          f"({MAX_REPORT_BYTES >> 20} MiB); refusing to read it")
     try:
-        data = load_json(path.read_text())
+        data = load_json(path.read_text(), f"--baseline {path}")
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # (nesting deeper than Python's stack)
         raise UsageError(f"--baseline {path} is not JSON: {exc}") from exc
     schema = data.get("schema") if isinstance(data, dict) else None

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from edgeport import __version__
+from edgeport.core.replace import write_replacing
 from edgeport.errors import UsageError
 
 SCHEMA = "edgeport.report/1"
@@ -90,7 +91,7 @@ def finite_for_schema(report: dict) -> dict:
 
 def write_json(path: Path, report: dict) -> dict:
     report = json_safe(finite_for_schema(report))
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    write_replacing(path, json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -99,13 +100,13 @@ def write_outputs(out_dir: Path, report: dict, manifest: dict | None, junit: Pat
     from edgeport.validate.render_html import render_html
 
     report = write_json(out_dir / "report.json", report)
-    (out_dir / "report.md").write_text(render_markdown(report))
-    (out_dir / "report.html").write_text(render_html(report))
+    write_replacing(out_dir / "report.md", render_markdown(report))
+    write_replacing(out_dir / "report.html", render_html(report))
     if manifest is not None:
-        (out_dir / "manifest.json").write_text(json.dumps(json_safe(manifest), indent=2) + "\n")
+        write_replacing(out_dir / "manifest.json", json.dumps(json_safe(manifest), indent=2) + "\n")
     if junit is not None:
         target = junit if junit.is_absolute() else out_dir / junit
-        target.write_text(render_junit(report))
+        write_replacing(target, render_junit(report))
     return report
 
 

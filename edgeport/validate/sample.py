@@ -42,7 +42,7 @@ def write_parity_sample(target_dir: Path, io: dict, variant: str, inputs: Sequen
 
 def fits(index_path: Path, io: dict) -> bool:
     """Whether an artifact can be fed this sample as it is (same shapes; same dtypes or quantized float)."""
-    index = load_json(index_path.read_text())
+    index = load_json(index_path.read_text(), str(index_path))
     pairs = list(zip(index["inputs"], io["inputs"])) + list(zip(index["outputs"], io["outputs"]))
     same_count = len(index["inputs"]) == len(io["inputs"]) and len(index["outputs"]) == len(io["outputs"])
     return same_count and all(s["shape"] == d["shape"] and s["dtype"] == _sample_dtype(d).name for s, d in pairs)
@@ -50,7 +50,7 @@ def fits(index_path: Path, io: dict) -> bool:
 
 def read_parity_sample(index_path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Inputs and reference outputs as numpy arrays (what the tests and other tools compare with)."""
-    index = load_json(index_path.read_text())
+    index = load_json(index_path.read_text(), str(index_path))
     folder = index_path.parent
 
     def load(entry):

@@ -52,7 +52,7 @@ class Loaded:
             self.program = Runtime.get().load_program(str(path))
         self.threads = max(1, int(threads))
         names = self.program.method_names
-        self.io = load_json(self._load(IO_METHOD).execute([])[0]) if IO_METHOD in names else {}
+        self.io = load_json(self._load(IO_METHOD).execute([])[0], f"{path}: {IO_METHOD}") if IO_METHOD in names else {}
         self.methods = sorted(names - {IO_METHOD})
         self.one_method = one_at_a_time(path)
         self.method = PerSignature(self._load, self.one_method)

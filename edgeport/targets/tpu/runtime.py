@@ -40,7 +40,7 @@ class LoadedModel:
         from edgeport.targets.tpu.weights import load as load_weights
 
         self.directory = Path(directory)
-        self.meta = load_json((self.directory / META_FILE).read_text())
+        self.meta = load_json((self.directory / META_FILE).read_text(), str(self.directory / META_FILE))
         self.exported = jax.export.deserialize(bytearray((self.directory / EXPORT_FILE).read_bytes()))
         # mapped, and aliased (not copied) by jax's CPU client; a TPU host copies them to the device
         self.weights = jax.device_put(load_weights(self.directory / WEIGHTS_FILE))

@@ -28,7 +28,7 @@ class JaxSignatureRunner(SignatureRunner):
         prefer_cpu_backend()
         super().__init__(path, threads)
         folder = Path(path)
-        self.meta = load_json((folder / META_FILE).read_text())["signatures"]
+        self.meta = load_json((folder / META_FILE).read_text(), str(folder / META_FILE))["signatures"]
         self.cpu = jax.devices("cpu")[0]
         weights = jax.device_put(load_weights(folder / WEIGHTS_FILE), self.cpu)
         self.programs = {}

@@ -65,7 +65,7 @@ def load(path: Path) -> dict:
         size = int.from_bytes(f.read(8), "little")
         if size > file_size - 8:   # checked before reading: a header claiming 2^62 bytes is not allocated
             raise ValueError(f"{path}: header claims {size} bytes, the file has {file_size}; not safetensors")
-        header = load_json(f.read(size))
+        header = load_json(f.read(size), f"{path}: its header")
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     start = 8 + size
     weights = {}

@@ -12,11 +12,10 @@ The gate: the artifact passes at least as many checks as PyTorch, less ``checks_
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from edgeport.errors import UsageError
+from edgeport.errors import NestedTooDeep, UsageError, load_document, load_json, load_toml
 
 KINDS = ("contains", "regex", "json_schema")
 DEFAULT_MAX_NEW = 32
@@ -31,11 +30,9 @@ def read_checks(path_text: str) -> list[dict]:
         raise UsageError(f"--checks not found: {path}")
     try:
         if path.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(path.read_text())
+            data = load_toml(path.read_text(), f"--checks {path}")
         else:
-            data = json.loads(path.read_text())
+            data = load_json(path.read_text(), f"--checks {path}")
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read --checks {path}: {exc}") from exc
     entries = data.get("checks") if isinstance(data, dict) else data
@@ -106,10 +103,12 @@ def json_holds(schema: dict, answer: str) -> tuple[bool, str | None]:
     start = min((i for i in (answer.find("{"), answer.find("[")) if i >= 0), default=-1)
     if start < 0:
         return False, "no JSON value in the answer"
-    try:
-        value, _ = json.JSONDecoder().raw_decode(answer[start:])
+    try:  # the answer is the model's (its tokenizer's) text: parsed depth-bounded, as any document from input
+        value, _ = load_document(answer[start:], "the answer's JSON", "json-prefix")
         jsonschema.validate(value, schema)
-    except ValueError as exc:
+    except NestedTooDeep as exc:
+        return False, str(exc)
+    except (ValueError, RecursionError) as exc:  # (a schema deep enough for jsonschema's own recursion)
         return False, f"the answer's JSON does not parse: {exc}"
     except jsonschema.ValidationError as exc:
         return False, f"the answer's JSON breaks the schema: {exc.message}"

@@ -32,7 +32,7 @@ def is_generative_dir(directory: Path) -> bool:
 def read_layout(directory: Path) -> Layout:
     path = directory / EXPORTED_DIR / LAYOUT_FILE
     try:
-        data = load_json(path.read_text())
+        data = load_json(path.read_text(), str(path))
         problem = layout_problem(data) if isinstance(data, dict) else "not a JSON object"
         if problem:
             raise ValueError(problem)

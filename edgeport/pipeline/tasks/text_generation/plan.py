@@ -174,7 +174,7 @@ def read_config(where: str, trust_remote_code: bool, force: bool) -> dict | None
     path = Path(where) / "config.json"
     if path.is_file():
         try:
-            return load_json(path.read_text())
+            return load_json(path.read_text(), str(path))
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from exc
     if Path(where).is_dir() and not force:

@@ -75,6 +75,9 @@ def load_tokenizer(directory: Path | None, what: str):
     if directory is None or not directory.is_dir() or not any(directory.iterdir()):
         raise UsageError(f"{what} needs the model's tokenizer, and {directory} holds none (the model directory had "
                          "no tokenizer files)")
+    from edgeport.sources.hf_declared import check_documents
+
+    check_documents(str(directory))  # its *.json depth-bounded before transformers parses them
     try:
         from transformers import AutoTokenizer
 
