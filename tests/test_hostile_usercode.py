@@ -31,11 +31,26 @@ def test_usercode_fork_behind_pythons_back_publishes_once(tmp_path):
     """A libc fork() is out of Python's reach: its child returns into edgeport and is stopped as soon as
     build() returns, before it touches the run's staging folder or row workers (the parent waits for it,
     then publishes the one report)."""
-    # PyDLL keeps the GIL across the call: with CDLL another thread may hold it at the fork, and the child
-    # then waits for it forever (and the parent in waitpid): the user's deadlock, not what this tests
-    body = ("    pid = ctypes.PyDLL(None).fork()\n"
-            "    if pid > 0:\n        os.waitpid(pid, 0)\n")
-    result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST)
+    # A raw fork in a threaded interpreter can deadlock its child inside CPython before it runs any code
+    # (the GIL's own mutex copied while another thread held it: Python's os.fork repairs that, libc's does
+    # not) and the parent then waits forever: the user's deadlock, not what this tests. So the user code
+    # keeps the GIL across the call (PyDLL), makes other threads' GIL requests rare (a long switch interval),
+    # waits for its child at most 60 s (then kills it and leaves a mark), and a run whose child deadlocked
+    # that way is tried again.
+    stuck = tmp_path / "child-stuck"
+    body = ("    import sys\n    interval = sys.getswitchinterval()\n    sys.setswitchinterval(1000)\n"
+            "    pid = ctypes.PyDLL(None).fork()\n"
+            "    if pid > 0:\n        sys.setswitchinterval(interval)\n"
+            "        for _ in range(600):\n"
+            "            if os.waitpid(pid, os.WNOHANG)[0]:\n                break\n"
+            "            time.sleep(0.1)\n"
+            f"        else:\n            os.kill(pid, 9)\n            os.waitpid(pid, 0)\n            open({str(stuck)!r}, 'w').close()\n")
+    for _attempt in range(3):
+        stuck.unlink(missing_ok=True)
+        result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST, "--force")
+        if not stuck.exists():
+            break
+    assert not stuck.exists(), "the forked child deadlocked inside CPython three times"
     assert result.returncode == 0, result.stdout + result.stderr
     assert "forked copy of the run" in result.stderr and (tmp_path / "out" / "report.json").is_file()
     assert result.stdout.count("PASSED") == 1, result.stdout
