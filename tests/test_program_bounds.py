@@ -113,15 +113,21 @@ DECOMPOSITIONS = {"crashtest::boom": lambda x: x.clone()}
 '''
 
 
-def test_a_program_that_crashes_pytorch_is_exit_2_not_a_crash_of_edgeport(tmp_path):
-    """The first run of a file-loaded program is in a contained child: a segfaulting kernel there is one
-    line and exit 2, with nothing left in --out (without it, edgeport itself dies of SIGSEGV)."""
+def _crash_ops(tmp_path):
+    """The crashing custom op, registered in this process (to export it) and written for --decompositions."""
     import importlib.util
 
     decompositions = tmp_path / "crash_ops.py"
     decompositions.write_text(CRASHER)
     spec = importlib.util.spec_from_file_location("crash_ops", decompositions)
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    return decompositions
+
+
+def test_a_program_that_crashes_pytorch_is_exit_2_not_a_crash_of_edgeport(tmp_path):
+    """The first run of a file-loaded program is in a contained child: a segfaulting kernel there is one
+    line and exit 2, with nothing left in --out (without it, edgeport itself dies of SIGSEGV)."""
+    decompositions = _crash_ops(tmp_path)
 
     class Crash(torch.nn.Module):
         def forward(self, x):
@@ -155,12 +161,7 @@ def test_a_program_that_fails_on_its_own_inputs_is_exit_2_not_an_internal_error(
 def test_every_reference_input_is_run_contained_not_only_the_example(tmp_path):
     """A branch (torch.cond) the stored example never takes but a random sample does: the contained first
     run covers every input the reference runs here, so its crash is exit 2, never a SIGSEGV of edgeport."""
-    import importlib.util
-
-    decompositions = tmp_path / "crash_ops.py"
-    decompositions.write_text(CRASHER)
-    spec = importlib.util.spec_from_file_location("crash_ops", decompositions)
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    decompositions = _crash_ops(tmp_path)
 
     class Hidden(torch.nn.Module):
         def forward(self, x):
