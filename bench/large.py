@@ -29,7 +29,7 @@ TARGETS = ("onnx", "litert", "tpu", "executorch")
 
 # ------------------------------------------------------------------------------------------ measuring
 
-def tree_rss(root: int) -> int:
+def tree_memory(root: int) -> int:
     """Memory of ``root`` and every descendant (workers and compiler subprocesses count): the sum of their Pss,
     as the row limits sample it (:func:`edgeport.pipeline.limits.tree_pss`). Not the sum of RSS: that counts a
     page twice when two processes of the tree share it (a fork's copy-on-write pages, a weights file both map),
@@ -47,7 +47,7 @@ def measured(cmd: list[str], env: dict | None = None, log: Path | None = None, t
     start, peak = time.time(), 0
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
     while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
+        peak = max(peak, tree_memory(proc.pid))
         if time.time() - start > timeout:
             proc.kill()
         time.sleep(0.1)

@@ -106,18 +106,14 @@ def convert_model(payload: dict) -> dict:
     share the prefill/decode programs and the reference in memory). The plan is made again here from the
     options the fleet file checked (same checks, nothing pickled but options). Returns ``{"report"}`` and,
     when shipping (a cluster), ``{"files"}``: the staging directory's bytes for the driver to place."""
-    from edgeport.core.proc import redirected
-    from edgeport.core.scratch import run_scratch
     from edgeport.pipeline.plan import plan
-    from edgeport.pipeline.run import RUN_LOG, convert_into, from_gguf
+    from edgeport.pipeline.run import convert_staged
 
     started(payload, f"{payload['name']}/convert")
     opts, ship = payload["opts"], payload["ship"]
     staging = Path(tempfile.mkdtemp(prefix="edgeport-model-")) if ship else Path(payload["staging"])
     try:
-        the_plan = plan(opts)
-        with redirected(staging / RUN_LOG), run_scratch(staging):   # scratch: removed before the files go
-            report = convert_into(staging, from_gguf(opts, lambda _m: None), the_plan, lambda _m: None)
+        report = convert_staged(staging, opts, plan(opts), lambda _m: None)
         files = {str(p.relative_to(staging)): p.read_bytes() for p in staging.rglob("*") if p.is_file()} if ship else None
         return {"report": report, "files": files}
     finally:

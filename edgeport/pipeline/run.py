@@ -33,7 +33,6 @@ class Result:
 
 
 def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
-    from edgeport.core.scratch import run_scratch
     from edgeport.pipeline.outdir import publish, staging_dir
     from edgeport.pipeline import stop
     from edgeport.pipeline.plan import plan
@@ -42,9 +41,7 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
     the_plan = plan(opts)
     staging = staging_dir(opts.output.out)
     try:
-        with redirected(staging / RUN_LOG), run_scratch(staging):  # scratch: removed before publishing
-            opts = from_gguf(opts, progress)
-            report = convert_into(staging, opts, the_plan, progress)
+        report = convert_staged(staging, opts, the_plan, progress)
         with stop.held():
             publish(staging, opts.output.out)
     except BaseException:
@@ -53,6 +50,15 @@ def convert(opts: ConvertOptions, progress: Progress | None = None) -> Result:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Result(report, opts.output.out, stop.exit_code(report))
+
+
+def convert_staged(staging: Path, opts: ConvertOptions, the_plan, progress: Progress) -> dict:
+    """The plan's conversion into ``staging`` (library output to its log; a GGUF source dequantized into the
+    run's scratch, removed before anything is published): what ``convert`` and a fleet's whole-model task run."""
+    from edgeport.core.scratch import run_scratch
+
+    with redirected(staging / RUN_LOG), run_scratch(staging):
+        return convert_into(staging, from_gguf(opts, progress), the_plan, progress)
 
 
 def from_gguf(opts: ConvertOptions, progress: Progress) -> ConvertOptions:

@@ -78,10 +78,10 @@ def rejudge_all(old_rows: list[dict], task, session, directory: Path, policies: 
     crashes = first_loads(checked, task, session)
     for index, row in enumerate(old_rows):
         watch.progress(task.row_label(row["target"], row["variant"]))
+        policy = policies[(row["target"], row["variant"])]
         try:
-            judged = rejudge(checked[index], task, session, lambda r: policies[(r.target, r.variant)].budget,
-                             crashes.get(index))
-            watch.finished({**judged, "required": policies[(row["target"], row["variant"])].required})
+            judged = rejudge(checked[index], task, session, policy.budget, crashes.get(index))
+            watch.finished({**judged, "required": policy.required})
         except Terminated as exc:
             if not watch.done:
                 raise
@@ -127,7 +127,7 @@ def first_loads(checked: list, task, session) -> dict[int, str]:
     return {ready[k][0]: why for k, why in crashes.items()}
 
 
-def rejudge(checked, task, session, budget_of, crash: str | None = None) -> dict:
+def rejudge(checked, task, session, budget: dict | None, crash: str | None = None) -> dict:
     """One row judged again by its task (``checked``: :func:`precheck`'s answer); an artifact that crashed its
     runtime in the contained first load (``crash``) fails without being loaded here."""
     if isinstance(checked, dict):
@@ -136,7 +136,7 @@ def rejudge(checked, task, session, budget_of, crash: str | None = None) -> dict
     if crash:
         row.parity = row.latency_ms = None
         return failed(row, crash)
-    task.rejudge(row, target, path, session, budget_of(row))
+    task.rejudge(row, target, path, session, budget)
     return row.to_json()
 
 
