@@ -141,7 +141,7 @@ def test_rows_in_worker_processes_bring_every_file(tmp_path):
 
 
 def test_a_file_lost_between_worker_and_driver_fails_its_row(tmp_path):
-    from edgeport.pipeline.task import arrived
+    from edgeport.pipeline.jobs import arrived
 
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx/model.onnx").write_bytes(b"x")

@@ -33,12 +33,12 @@ def test_a_cancelled_tpu_compile_kills_its_child(tmp_path, monkeypatch):
 def test_a_cancelled_row_worker_does_not_report_the_cancel_as_the_rows_error(monkeypatch, cancel):
     import multiprocessing
 
-    from edgeport.pipeline import task, workers
+    from edgeport.pipeline import jobs, workers
 
-    def run_task(_spec, _progress):
+    def run_job(_spec, _progress):
         raise cancel()
 
-    monkeypatch.setattr(task, "run_task", run_task)
+    monkeypatch.setattr(jobs, "run_job", run_job)
     parent, child = multiprocessing.Pipe()
     with pytest.raises((KeyboardInterrupt, Terminated)):
         workers._child({"target": "onnx", "variant": "fp32"}, child, False, dict(os.environ))
@@ -61,12 +61,12 @@ def test_a_cancelled_tpu_device_worker_is_not_an_engine_failure(monkeypatch):
 def test_a_failure_in_a_row_worker_is_still_reported(monkeypatch):
     import multiprocessing
 
-    from edgeport.pipeline import task, workers
+    from edgeport.pipeline import jobs, workers
 
-    def run_task(_spec, _progress):
+    def run_job(_spec, _progress):
         raise RuntimeError("converter failed")
 
-    monkeypatch.setattr(task, "run_task", run_task)
+    monkeypatch.setattr(jobs, "run_job", run_job)
     parent, child = multiprocessing.Pipe()
     workers._child({"target": "onnx", "variant": "fp32"}, child, False, dict(os.environ))
     assert parent.recv() == ("error", "RuntimeError: converter failed")

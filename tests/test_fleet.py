@@ -224,10 +224,10 @@ def test_causal_lm_in_a_fleet_is_planned_for_text_generation(tmp_path):
     assert "('lm'): prefill_lens must be a list of integers" in result.stderr, result.stderr
     (tmp_path / "fleet.toml").write_text(entry + "prefill_lens = [8]\ncache_len = 32\ngen_tokens = 4\n")
     [lm] = read_fleet(tmp_path / "fleet.toml", tmp_path / "out").models
-    assert lm.plan.task.generative and not lm.plan.task.parallel and lm.plan.generation.cache_len == 32
+    assert lm.plan.task.generative and not lm.plan.task.jobs.by_default and lm.plan.generation.cache_len == 32
     (tmp_path / "fleet.toml").write_text(entry + "task = 'forward'\nseq_len = 8\n")
     [lm] = read_fleet(tmp_path / "fleet.toml", tmp_path / "out").models
-    assert not lm.plan.task.generative and lm.plan.task.parallel
+    assert not lm.plan.task.generative and lm.plan.task.jobs.by_default
 
 
 LLM_FLEET = """

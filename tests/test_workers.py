@@ -168,3 +168,34 @@ def test_only_programs_big_enough_split_their_tpu_compiles():
     assert pieces({"tpu_topology": ["v5e:1x1"]}, big) == [] and pieces({**options, "artifact_only": True}, big) == []
     # --tpu-batch: piece 0 sweeps every topology (the other pieces only compile theirs)
     assert pieces({**options, "tpu_batch": ["1,8"]}, big)[0]["sweep_topology"] == ["v5e:1x1", "v6e:1x1"]
+
+
+def test_text_generation_rows_run_in_workers_when_asked(tmp_path, monkeypatch):
+    """``-j 2`` on an LLM: its rows run in workers rebuilt from ``exported/`` and the spec (the crash hook fires
+    only in a worker: the killed row fails alone), the other row is token-exact with its quality block and
+    its --checks answered through the tokenizer the worker read again, and ``validate`` accepts the output."""
+    import tiny_lm
+
+    model = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama", tokenizer=True)
+    checks = tmp_path / "checks.json"
+    checks.write_text(json.dumps([{"name": "any", "prompt": "the cat", "regex": ".*", "max_new_tokens": 3}]))
+    counter = tmp_path / "attempts"
+    monkeypatch.setenv("EDGEPORT_TEST_CRASH", f"onnx/dynamic-int8={counter}")
+    out = tmp_path / "out"
+    result = run_cli("convert", f"hf:{model}", "-t", "onnx", "-q", "fp32", "-q", "dynamic-int8", *tiny_lm.GEN_ARGS,
+                     "--no-latency", "--eval-tokens", "32", "--checks", checks, "-j", "2", "--out", out, timeout=900)
+    assert result.returncode == 1 and result.stderr == "", result.stdout + result.stderr
+    rows = {r["variant"]: r for r in read_report(out)["targets"]}
+    assert counter.read_text() == "1"
+    assert rows["dynamic-int8"]["status"] == "failed" and "worker process exited" in rows["dynamic-int8"]["error"]
+    fp32 = rows["fp32"]
+    assert fp32["status"] == "ok", fp32.get("error")
+    total = tiny_lm.PROMPTS * tiny_lm.NEW
+    assert fp32["generation"]["tokens_matched"] == fp32["generation"]["tokens_total"] == total
+    assert fp32["quality"]["tokens"] > 0 and fp32["quality"]["kld_mean"] < 1e-6, fp32["quality"]
+    assert fp32["checks"]["total"] == 1 and fp32["checks"]["passed"] == 1
+    assert any(f["path"].startswith("tokenizer/") for f in fp32["files"]) and not (out / ".tasks").exists()
+    monkeypatch.delenv("EDGEPORT_TEST_CRASH")
+    again = run_cli("validate", out, "--no-latency", "--samples", str(tiny_lm.PROMPTS))
+    assert "onnx" in again.stdout and "fp32" in again.stdout, again.stdout + again.stderr
+    assert {r["variant"]: r["status"] for r in read_report(out)["targets"]}["fp32"] == "ok"

@@ -24,7 +24,7 @@ CHECKS_OPTION = typer.Option(None, "--checks", help="text-generation: JSON/TOML 
 
 CACHE_OPTION = typer.Option(True, "--cache/--no-cache", help="reuse conversions from edgeport's cache (and store new ones); see `edgeport cache info`")
 REUSE_VERDICT_OPTION = typer.Option(False, "--reuse-verdict", help="on a cache hit, keep the stored parity/latency verdict instead of measuring again")
-JOBS_OPTION = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process)")
+JOBS_OPTION = typer.Option(None, "--jobs", "-j", help="worker processes for the target rows (default: one per two cores; 1: one after another in this process; text generation: in this process unless given)")
 MAX_MEMORY_OPTION = typer.Option(None, "--max-memory", help="memory the conversion may use, e.g. 8G (default: what is available); a model whose estimated peak exceeds it is refused before work")
 ROW_TIMEOUT_OPTION = typer.Option(None, "--row-timeout", help="stop a row (convert + judge) running longer, e.g. 20m, 90s, none (default: from the model's size; [limits] row_timeout in edgeport.toml)")
 ROW_MEMORY_OPTION = typer.Option(None, "--row-memory", help="stop a row whose processes use more memory, e.g. 6G, none (default: from the pre-flight estimate; [limits] row_memory)")

@@ -2,7 +2,7 @@
 
 The task graph: one export task per model (load, torch.export, samples, PyTorch's reference) and, when it
 finishes, one task per (target, variant) row of that model, all sharing that export. A model whose task
-keeps its rows in one process (``Task.parallel`` false: text generation) is one task that converts it whole
+keeps its rows in one process by default (``RowJobs.by_default`` false: text generation) is one task that converts it whole
 (:func:`edgeport.fleet.tasks.convert_model`); models still run side by side. Tasks ask Ray for
 CPUs and memory and are retried when their worker dies (``max_retries``; a Python exception is a result,
 not retried). The driver (this process) only schedules, merges each model's rows into its staging
@@ -33,7 +33,7 @@ class ModelRun:
     staging: Path
     meta: dict | None = None           # what its export task returned
     blob: object = None                # ObjectRef of the exported files (shipping to a cluster)
-    plans: list = field(default_factory=list)      # per row: cache key, pieces (edgeport.pipeline.task.plan_rows)
+    plans: list = field(default_factory=list)      # per row: cache key, pieces (RowJobs.plan_rows)
     specs: list = field(default_factory=list)      # one per task (a split row has several)
     results: dict = field(default_factory=dict)    # task index -> row JSON, piece dict or error line
     report: dict | None = None
@@ -68,7 +68,7 @@ class Scheduler:
             payload = {"name": model.name, "opts": model.opts, "ship": self.ship, "staging": str(run.staging),
                        "cache_root": self.cache_root, "board": self.board,
                        "rows": [(t.name, v) for t, v in model.plan.rows]}
-            if model.plan.task.parallel:
+            if model.plan.task.jobs and model.plan.task.jobs.by_default:
                 meta_ref, run.blob = self.export_fn.remote(payload)
                 self._submitted(meta_ref, run, None, f"{model.name}/export")
             else:
@@ -126,7 +126,7 @@ class Scheduler:
 
     def _exported(self, run: ModelRun, ref) -> None:
         from edgeport.pipeline.run import RUN_LOG
-        from edgeport.pipeline.task import task_specs
+        from edgeport.pipeline.jobs import job_specs
 
         name = run.model.name
         meta = self._get(ref, lambda error: {"ok": False, "stage": "export", "error": error, "timings": {}})
@@ -138,7 +138,7 @@ class Scheduler:
         run.meta, run.plans = meta, meta["plans"]
         if self.ship:
             self._unpack_export(run)
-        run.specs = task_specs(meta["shared"], run.model.plan, run.plans, run.staging / ".tasks", run.staging / RUN_LOG)
+        run.specs = job_specs(meta["shared"], run.model.plan, run.plans, run.staging / ".tasks", run.staging / RUN_LOG)
         for i, spec in enumerate(run.specs):
             key = task_key(name, spec)
             payload = {"key": key, "board": self.board}
@@ -146,7 +146,7 @@ class Scheduler:
 
     def _unpack_export(self, run: ModelRun) -> None:
         from edgeport.pipeline.run import RUN_LOG
-        from edgeport.pipeline.task import PROGRAM_FILE
+        from edgeport.pipeline.jobs import PROGRAM_FILE
 
         blob = self.ray.get(run.blob)
         (run.staging / PROGRAM_FILE).write_bytes(blob["program"])
@@ -228,7 +228,7 @@ def finish_model(run: ModelRun, meta: dict, marks: dict | None = None) -> dict:
     from edgeport.core.program import Signature, TensorInfo
     from edgeport.pipeline.outdir import publish
     from edgeport.pipeline.run import Prepared, finish, write_failed
-    from edgeport.pipeline.task import INPUTS_FILE, collect, open_cache
+    from edgeport.pipeline.jobs import INPUTS_FILE, collect, open_cache
 
     model, staging = run.model, run.staging
     if not meta.get("ok"):

@@ -36,7 +36,7 @@ def collected(task):
 
 def started(payload: dict, key: str) -> None:
     """Tell the driver's progress board this task (attempt) started; then the test-only crash hook."""
-    from edgeport.pipeline.task import test_crash
+    from edgeport.pipeline.jobs import test_crash
 
     board = payload.get("board")
     if board is not None:
@@ -54,7 +54,7 @@ def export_model(payload: dict):
     from edgeport.errors import ExportFailed, UsageError
     from edgeport.config import load_config, parse_budget_flags
     from edgeport.targets.registry import get_target
-    from edgeport.pipeline import task
+    from edgeport.pipeline.tasks import forward_jobs
     from edgeport.pipeline.tasks import default_task
     from edgeport.pipeline.plan import Plan, load_user_decompositions, row_policies
     from edgeport.core.proc import redirected
@@ -80,8 +80,8 @@ def export_model(payload: dict):
             except Exception as exc:  # the user's model failed to load: this model fails, not the fleet
                 why = (str(exc).splitlines() or [""])[0] if isinstance(exc, UsageError) else first_line(exc)
                 return {"ok": False, "stage": "load", "error": f"load failed: {why}", "timings": timings}, None
-            shared = task.shared_spec(prepared.session, staging, opts.source, payload.get("cache_root"))
-            plans = task.plan_rows(prepared.session, rows)
+            shared = forward_jobs.shared_spec(prepared.session, staging, opts.source, payload.get("cache_root"))
+            plans = forward_jobs.plan_rows(prepared.session, rows)
         meta = {"ok": True, "shared": shared, "plans": plans, "program": prepared.program, "timings": prepared.timings,
                 "reference_latency": prepared.session.reference_latency, "data": prepared.session.data}
         return meta, (_blob(staging) if ship else None)
@@ -92,7 +92,7 @@ def export_model(payload: dict):
 
 def _blob(staging: Path) -> dict:
     from edgeport.pipeline.run import RUN_LOG
-    from edgeport.pipeline.task import INPUTS_FILE, PROGRAM_FILE
+    from edgeport.pipeline.jobs import INPUTS_FILE, PROGRAM_FILE
 
     log = staging / RUN_LOG
     return {"program": (staging / PROGRAM_FILE).read_bytes(), "inputs": (staging / INPUTS_FILE).read_bytes(),
@@ -123,17 +123,17 @@ def convert_model(payload: dict) -> dict:
 
 @collected
 def run_row(payload: dict, spec: dict, blob: dict | None):
-    """One row (:func:`edgeport.pipeline.task.run_task`); with a blob, on this node's own copy of the files."""
-    from edgeport.pipeline.task import run_task
+    """One row (:func:`edgeport.pipeline.jobs.run_job`); with a blob, on this node's own copy of the files."""
+    from edgeport.pipeline.jobs import run_job
 
     started(payload, payload["key"])
     if blob is None:
-        return _wrap(run_task(spec))
+        return _wrap(run_job(spec))
     local = materialize(blob)
     work = Path(tempfile.mkdtemp(prefix="edgeport-row-"))
     try:
-        row = run_task({**spec, "program": str(local / "exported.pt2"), "inputs": str(local / "task-inputs.npz"),
-                        "work_dir": str(work / "w"), "log": str(work / "worker.log")})
+        row = run_job({**spec, "program": str(local / "exported.pt2"), "inputs": str(local / "task-inputs.npz"),
+                       "work_dir": str(work / "w"), "log": str(work / "worker.log")})
         files = {str(p.relative_to(work / "w")): p.read_bytes() for p in (work / "w").rglob("*") if p.is_file()}
         return {**_wrap(row), "files": files}
     finally:

@@ -74,9 +74,9 @@ def convert_into(staging: Path, opts: ConvertOptions, the_plan, progress: Progre
     from edgeport.pipeline.stop import Watch
 
     task, watch = the_plan.task, Watch(progress)
-    jobs = row_jobs(opts, the_plan) if task.parallel else 1
-    isolated = jobs > 1 or (task.parallel and the_plan.limits.any_active() and row_jobs(opts, the_plan, 0) > 0
-                            and not opts.source.decompositions)   # a worker cannot load a program's custom ops
+    from edgeport.pipeline.workers import row_workers
+
+    jobs, isolated = row_workers(opts, the_plan)
     if isolated:
         from edgeport.pipeline.workers import prewarm
 
@@ -182,17 +182,6 @@ def start_session(loaded, program, signature, opts: ConvertOptions, the_plan, mo
                          reuse_verdict=opts.reuse_verdict)
 
 
-def row_jobs(opts: ConvertOptions, the_plan, least: int = 1) -> int:
-    """Worker processes for the rows: one per two cores (or ``--jobs``; see workers.default_jobs), never
-    more than there are rows to convert (nor fewer than ``least``). At 1 the rows still run in a worker,
-    one after another, while a row limit applies (:mod:`edgeport.pipeline.limits`); with no limit, in
-    this process."""
-    from edgeport.pipeline.workers import default_jobs
-
-    installed = [t for t, _v in the_plan.rows if not t.missing_requirements()]
-    return max(least, min(opts.jobs or default_jobs(), len(installed)))
-
-
 def run_rows(session, the_plan, staging: Path, progress: Progress, watch=None) -> list[dict]:
     """Every row of the plan in this process, one after another, each build and judge under the row's
     limits (:func:`edgeport.pipeline.limits.bounded`); then the rows the task cannot build (e.g. a target
@@ -246,7 +235,7 @@ def in_bounds(the_plan, session, args: tuple, watch, call, row=None) -> tuple:
     No limits (a library caller's default, ``none``): just ``call()``."""
     from edgeport.pipeline.limits import RowStopped, bounded, row_limits
     from edgeport.pipeline.row import Row
-    from edgeport.pipeline.task import test_stall
+    from edgeport.pipeline.jobs import test_stall
 
     target, variant, required = args[0], args[1], args[5]
     active = the_plan.limits is not None and the_plan.limits.any_active()
@@ -273,30 +262,31 @@ def skipped_rows(the_plan) -> list[dict]:
 
 
 def run_rows_parallel(session, the_plan, staging: Path, watch, opts: ConvertOptions, jobs: int) -> list[dict]:
-    """The rows as tasks (:mod:`edgeport.pipeline.task`; a row whose target splits its conversion is several)
+    """The rows as tasks (:mod:`edgeport.pipeline.jobs`; a row whose target splits its conversion is several)
     in worker processes; results merged into ``staging`` in plan order. A crashing worker, or one past its
     limits (:mod:`edgeport.pipeline.limits`), fails its row. Stopped by SIGTERM: the finished tasks'
     rows are merged, the others cancelled (``watch.final``), and the stop goes on up."""
     import shutil
 
-    from edgeport.core.memory import program_weight_bytes
-    from edgeport.pipeline import task, workers
+    from edgeport.pipeline import jobs as row_jobs_of, workers
 
-    shared = task.shared_spec(session, staging, opts.source, str(session.cache.root) if session.cache else None)
-    plans = task.plan_rows(session, the_plan.rows)
+    jobs_of = the_plan.task.jobs
+    cache_root = str(session.cache.root) if session.cache else None
+    shared = {**jobs_of.shared_spec(session, staging, opts.source, cache_root), "task": the_plan.task.name}
+    plans = jobs_of.plan_rows(session, the_plan.rows)
     work = staging / ".tasks"
-    specs = task.task_specs(shared, the_plan, plans, work, staging / RUN_LOG, program_weight_bytes(session.program))
+    specs = row_jobs_of.job_specs(shared, the_plan, plans, work, staging / RUN_LOG, session.weight_bytes)
     results, stages = [None] * len(specs), {}
     try:
         workers.run_all(specs, jobs, row_events(specs, watch, jobs), gate=session.judge.latency or session.judge.threads == "auto",
                         results=results, stages=stages)
-        return task.collect(staging, the_plan.rows, plans, specs, results, session.cache) + skipped_rows(the_plan)
+        return row_jobs_of.collect(staging, the_plan.rows, plans, specs, results, session.cache) + skipped_rows(the_plan)
     except Terminated as exc:
         watch.final = _cancelled_rest(staging, the_plan, plans, specs, results, stages, watch, exc, session)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        (staging / task.INPUTS_FILE).unlink(missing_ok=True)
+        (staging / row_jobs_of.INPUTS_FILE).unlink(missing_ok=True)
 
 
 def row_events(specs: list[dict], watch, jobs: int):
@@ -322,7 +312,7 @@ def row_events(specs: list[dict], watch, jobs: int):
 def _cancelled_rest(staging: Path, the_plan, plans, specs, results, stages, watch, exc, session) -> list[dict]:
     """A stopped run's rows: the finished tasks merged as usual, every task still running or waiting
     cancelled (saying the step it was in), the plan's skipped rows as they are."""
-    from edgeport.pipeline import stop, task
+    from edgeport.pipeline import jobs as row_jobs_of, stop
 
     block = stop.stopped_block(exc, watch, the_plan.rows)
     for i, spec in enumerate(specs):
@@ -331,7 +321,7 @@ def _cancelled_rest(staging: Path, the_plan, plans, specs, results, stages, watc
             stage = stage.split(": ", 1)[-1] if stage else None
             results[i] = {"stopped": stop.cancelled_row(spec["target"], spec["variant"], True, block, stage, seconds)["error"],
                           "cancelled": True}
-    return task.collect(staging, the_plan.rows, plans, specs, results, session.cache) + skipped_rows(the_plan)
+    return row_jobs_of.collect(staging, the_plan.rows, plans, specs, results, session.cache) + skipped_rows(the_plan)
 
 
 def preflight(loaded, opts: ConvertOptions, the_plan, workers: bool) -> None:
@@ -346,6 +336,8 @@ def check_fits(weight_bytes: int, opts: ConvertOptions, the_plan, workers: bool,
     """Refuse (exit 2, with the estimate) a model whose conversion will not fit in memory or on disk: every
     task asks this between its load and its export (a loaded program's declared intermediates included)."""
     from edgeport.core import memory
+
+    from edgeport.pipeline.workers import row_jobs
 
     est = memory.estimate(weight_bytes, the_plan.rows, row_jobs(opts, the_plan) if workers else 1, programs,
                           generative, intermediate_bytes, workers)

@@ -10,7 +10,7 @@ Why it is shaped like this:
 - Timing needs the machine to itself: a worker's latency measurement (and ``--threads auto`` sweep) waits
   until no other row is converting and no other worker is timing (:func:`edgeport.validate.latency.set_gate`).
   Conversions run side by side; the timings run one at a time after them, as in a sequential run.
-- Each task is :func:`edgeport.pipeline.task.run_task`, the same function a fleet's Ray task runs.
+- Each task is :func:`edgeport.pipeline.jobs.run_job`, the same function a fleet's Ray task runs.
 - A task past its limits (``spec["limits"]``: seconds, memory of its process tree) is killed with
   everything it started, and fails with the step it was in and what it had used
   (:mod:`edgeport.pipeline.limits`); time spent waiting for the timing gate does not count.
@@ -31,7 +31,7 @@ from typing import Callable
 # paid once here instead of in every worker). No converter library: some start threads or pick a
 # backend when imported, which a fork must not inherit.
 PRELOAD = ["torch", "torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes", "sympy", "numpy",
-           "edgeport.sources.pt2_archive", "edgeport.targets.rewrites", "edgeport.pipeline.task", "edgeport.pipeline.row"]
+           "edgeport.sources.pt2_archive", "edgeport.targets.rewrites", "edgeport.pipeline.jobs", "edgeport.pipeline.row"]
 POLL_SECONDS = 1.0
 
 
@@ -113,7 +113,7 @@ def _child(spec: dict, conn, gate: bool, env: dict) -> None:
     from edgeport.core.scratch import follow_environment
     from edgeport.diagnostics import first_line
     from edgeport.errors import CANCELLED
-    from edgeport.pipeline.task import run_task, test_crash, test_stall
+    from edgeport.pipeline.jobs import run_job, test_crash, test_stall
     from edgeport.validate import latency
 
     os.environ.clear()  # the driver's environment now, not the fork server's from when it started
@@ -124,7 +124,7 @@ def _child(spec: dict, conn, gate: bool, env: dict) -> None:
     waiting = PipeGate(conn) if gate else None
     latency.set_gate(waiting)
     try:
-        row = run_task(spec, lambda step: conn.send(("step", step)))
+        row = run_job(spec, lambda step: conn.send(("step", step)))
         if waiting is not None and row.get("check_seconds"):  # time spent waiting for the gate is not checking
             row["check_seconds"] = round(max(0.0, row["check_seconds"] - waiting.waited), 3)
         conn.send(("done", row))
@@ -293,3 +293,25 @@ def _death(process) -> str:
 
         return f"worker process killed by {signal.Signals(-code).name}"
     return f"worker process exited with code {code} before returning its row"
+
+
+def row_workers(opts, the_plan) -> tuple[int, bool]:
+    """(worker processes, whether rows run in them): rows go to workers at ``-j`` > 1, or one by one in a
+    worker while a row limit applies (a task whose rows run apart only when asked keeps them in this
+    process, bounded, unless ``--jobs`` is given)."""
+    jobs_of = the_plan.task.jobs
+    if jobs_of is None or not (jobs_of.by_default or opts.jobs):
+        return 1, False
+    jobs = row_jobs(opts, the_plan)
+    by_limits = (jobs_of.by_default and the_plan.limits.any_active() and row_jobs(opts, the_plan, 0) > 0
+                 and not opts.source.decompositions)   # a worker cannot load a program's custom ops
+    return jobs, jobs > 1 or by_limits
+
+
+def row_jobs(opts, the_plan, least: int = 1) -> int:
+    """Worker processes for the rows: one per two cores (or ``--jobs``; see workers.default_jobs), never
+    more than there are rows to convert (nor fewer than ``least``). At 1 the rows still run in a worker,
+    one after another, while a row limit applies (:mod:`edgeport.pipeline.limits`); with no limit, in
+    this process."""
+    installed = [t for t, _v in the_plan.rows if not t.missing_requirements()]
+    return max(least, min(opts.jobs or default_jobs(), len(installed)))

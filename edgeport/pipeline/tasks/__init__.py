@@ -45,6 +45,20 @@ class Built:
 
 
 @dataclass(frozen=True)
+class RowJobs:
+    """A task's rows as jobs in worker processes (:mod:`edgeport.pipeline.jobs`, ``convert -j``): a worker
+    must not depend on how it was started, so what its rows share is written once (files in the staging
+    directory, a JSON spec) and the session is rebuilt from them in the worker."""
+
+    shared_spec: Callable[..., dict]   # (session, staging, source, cache_root) -> what every row's spec holds
+    restore: Callable[[dict], Any]     # spec -> the session, rebuilt in the worker
+    plan_rows: Callable[..., list]     # (session, rows) -> per row {key, cached, pieces, piece0_key}
+    # False: rows run in workers only when ``--jobs`` asks (each worker loads the weights again: a
+    # generative model's rows stay in the driver, bounded, by default; a fleet converts such a model whole)
+    by_default: bool = True
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     # (staging, opts, plan, progress, timings, workers) -> Prepared; raises ExportFailed
@@ -66,7 +80,7 @@ class Task:
     block_key: str | None = None
     sections: Callable[[dict], list] | None = None       # report -> the task's ReportSections
     libraries: tuple[str, ...] = ()                      # listed in the report's environment besides the targets'
-    parallel: bool = False                               # rows may run in worker processes
+    jobs: RowJobs | None = None                          # how rows run in worker processes (None: never)
     # (session, plan rows) -> None: when set, every row is built before any is judged, and this runs in
     # between (what only the conversions needed goes before the runtimes load their artifacts)
     release_after_builds: Callable[..., None] | None = None

@@ -3,8 +3,8 @@ by the tokens it generates against the model's own greedy ``generate``."""
 
 from __future__ import annotations
 
-from edgeport.pipeline.tasks import Task
-from edgeport.pipeline.tasks.text_generation import directory, rows, session
+from edgeport.pipeline.tasks import RowJobs, Task
+from edgeport.pipeline.tasks.text_generation import directory, jobs, rows, session
 from edgeport.pipeline.tasks.text_generation.report import generation_sections
 
 
@@ -25,5 +25,5 @@ TASK = Task("text-generation", prepare=session.prepare, build=rows.build, judge=
             owns_directory=directory.is_generative_dir, reference_from=directory.reference_from,
             rejudge=rows.rejudge, report_block=lambda s: s.report_block(), block_key="generation",
             sections=generation_sections, libraries=("transformers",), log_prefix="convert_generate",
-            generative=True,
-            release_after_builds=session.release_programs)
+            generative=True, release_after_builds=session.release_programs,
+            jobs=RowJobs(jobs.shared_spec, jobs.restore, jobs.plan_rows, by_default=False))

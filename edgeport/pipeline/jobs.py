@@ -1,4 +1,4 @@
-"""One row as a task: a JSON-serializable spec in, the row's JSON out. The same code runs a row in a worker
+"""One row as a job: a JSON-serializable spec in, the row's JSON out. The same code runs a row in a worker
 process of ``edgeport convert`` (:mod:`edgeport.pipeline.workers`) and in a Ray task of ``edgeport fleet``.
 
 Why a spec of paths and not the session itself: a worker must not depend on how it was started (a fork
@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 
 SCHEMA = "edgeport.task/1"
-# TEST-ONLY hook (tests/test_workers.py, tests/test_fleet.py): "KEY=COUNTER_FILE" makes the task named KEY
+# TEST-ONLY hook (tests/test_workers.py, tests/test_fleet.py): "KEY=COUNTER_FILE" makes the job named KEY
 # ("litert/fp32" in a convert, "cnn/export" or "cnn/litert/fp32" in a fleet) count its attempts in
 # COUNTER_FILE and kill its own process on the first one, as a segfault or an OOM kill would. Never set it
 # in normal use.
@@ -29,35 +29,6 @@ CRASH_ENV = "EDGEPORT_TEST_CRASH"
 STALL_ENV = "EDGEPORT_TEST_STALL"
 INPUTS_FILE = "task-inputs.npz"
 PROGRAM_FILE = "exported.pt2"
-_PROGRAMS: dict = {}          # path, size, mtime -> loaded program: a reused worker loads each model once
-
-
-def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
-    """The part of every task spec one model's rows share; writes ``task-inputs.npz`` beside the program."""
-    import dataclasses
-
-    import numpy as np
-
-    arrays = {}
-    for prefix, groups in (("s", session.samples), ("r", session.reference), ("c", session.calibration or [])):
-        for i, group in enumerate(groups):
-            for j, array in enumerate(group):
-                arrays[f"{prefix}{i}_{j}"] = np.asarray(array)
-    np.savez(staging / INPUTS_FILE, **arrays)
-    signature = {"inputs": [i.to_json() for i in session.signature.inputs],
-                 "outputs": [o.to_json() for o in session.signature.outputs]}
-    judge = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(session.judge).items()}
-    return {"schema": SCHEMA, "program": str(staging / PROGRAM_FILE), "inputs": str(staging / INPUTS_FILE),
-            "counts": {"s": len(session.samples), "r": len(session.reference), "c": len(session.calibration or [])},
-            "signature": signature, "judge": judge, "sample_origin": session.sample_origin,
-            "reference_latency": session.reference_latency, "module_rewrites": list(session.module_rewrites),
-            "target_options": session.target_options, "dynamic": list(session.dynamic),
-            "program_id": session.program_id, "decompositions": source.decompositions,
-            "source": dataclasses.asdict(source),   # to load the eager module again where a target needs it
-            "trust_pickle": bool(source.trust_pickle),
-            "fallback": dataclasses.asdict(session.fallback),
-            "cache": {"enabled": session.cache is not None, "root": cache_root,
-                      "reuse_verdict": session.reuse_verdict}}
 
 
 def test_crash(key: str) -> None:
@@ -86,21 +57,6 @@ def test_stall(key: str, progress) -> None:
         if how == "grow":
             held.append(bytearray(64 << 20))   # bytearray() zero-fills: the pages are touched
         time.sleep(0.1)
-
-
-def plan_rows(session, rows: list) -> list[dict]:
-    """For each (target, variant): its cache key, whether the cache holds it whole, and the pieces its
-    conversion splits into when it must be converted (with piece 0's own key)."""
-    from edgeport.pipeline.reuse import row_key
-
-    plans = []
-    for target, variant in rows:
-        whole = row_key(target, variant, session)
-        cached = whole is not None and session.cache.has(whole)
-        pieces = target.pieces(dict(session.target_options), session.program) if target.pieces and not cached else []
-        first = row_key(target, variant, session, pieces[0]) if pieces and whole else None
-        plans.append({"key": whole, "cached": cached, "pieces": pieces, "piece0_key": first})
-    return plans
 
 
 def expand(spec: dict, row_plan: dict) -> list[dict]:
@@ -206,7 +162,7 @@ def row_spec(shared: dict, target: str, variant: str, budget: dict, required: bo
             "work_dir": str(work_dir), "log": str(log) if log else None, "row": index, "limits": limits or {}}
 
 
-def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path | None,
+def job_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path | None,
                weight_bytes: int | None = None) -> list[dict]:
     """Every task of one model: its rows (split into pieces where planned), longest first (split rows,
     then by the target's ``relative_cost``): started first, they end with the rest. ``weight_bytes``
@@ -223,7 +179,7 @@ def task_specs(shared: dict, the_plan, plans: list[dict], work: Path, log: Path 
     return sorted(specs, key=lambda s: ("piece" not in s, -s["cost"]))
 
 
-def run_task(spec: dict, progress=None) -> dict:
+def run_job(spec: dict, progress=None) -> dict:
     """Run one row from its spec; returns the row's JSON. Library output goes to the spec's log; the row's
     steps to ``progress`` (the driver's, through the worker's pipe), if given."""
     import dataclasses
@@ -231,18 +187,20 @@ def run_task(spec: dict, progress=None) -> dict:
     from edgeport.targets.registry import get_target
     from edgeport.core.proc import redirected
     from edgeport.pipeline.row import run_row
+    from edgeport.pipeline.tasks import default_task, get_task
 
     if spec.get("schema") != SCHEMA:
         raise ValueError(f"not an {SCHEMA} task spec")
     work = Path(spec["work_dir"])
     work.mkdir(parents=True, exist_ok=True)
     log = Path(spec["log"]) if spec.get("log") else work / "worker.log"
+    the_task = get_task(spec["task"]) if spec.get("task") else default_task()
     with redirected(log):
-        session = dataclasses.replace(restore_session(spec), progress=progress)
+        session = dataclasses.replace(the_task.jobs.restore(spec), progress=progress)
         target = get_target(spec["target"])
         if spec.get("piece"):
             return json.loads(json.dumps(run_piece(target, spec, session, work), default=_json_default))
-        row = run_row(target, spec["variant"], session, work, spec["budget"], spec["required"])
+        row = run_row(target, spec["variant"], session, work, spec["budget"], spec["required"], the_task)
     return json.loads(json.dumps(row.to_json(), default=_json_default))
 
 
@@ -264,41 +222,21 @@ def run_piece(target, spec: dict, session, work: Path) -> dict:
             "cacheable": converted.cacheable}
 
 
-def restore_session(spec: dict):
-    """The driver's Session, rebuilt from the files and values in ``spec``."""
+def judge_json(judge) -> dict:
+    """The run's JudgeOptions as a spec carries them (paths as strings)."""
     import dataclasses
 
-    from edgeport.core.program import Signature, TensorInfo
-    from edgeport.pipeline import eager
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(judge).items()}
+
+
+def restore_judge(fields: dict):
+    """:func:`judge_json` read back in the worker."""
+    import dataclasses
+
     from edgeport.pipeline.options import JudgeOptions
-    from edgeport.pipeline.plan import load_user_decompositions
-    from edgeport.pipeline.session import RewriteCache, Session
-    from edgeport.quantize.policy import FallbackPolicy
-    from edgeport.core.eager import to_torch
 
-    program = load_program(Path(spec["program"]), spec["trust_pickle"], spec)
-    info = lambda d: TensorInfo(d["name"], tuple(d["shape"]), d["dtype"])  # noqa: E731
-    signature = Signature(tuple(map(info, spec["signature"]["inputs"])), tuple(map(info, spec["signature"]["outputs"])))
-    groups = read_inputs(Path(spec["inputs"]), spec["counts"])
-    samples = groups["s"]
-    first_example = spec["sample_origin"].get("real", 0)
-    example = tuple(to_torch(a, i.dtype) for a, i in zip(samples[first_example], signature.inputs))
-    judge = JudgeOptions(**{k: (Path(v) if k in ("config", "baseline") and v else v) for k, v in spec["judge"].items()
+    judge = JudgeOptions(**{k: (Path(v) if k in ("config", "baseline") and v else v) for k, v in fields.items()
                             if k in JudgeOptions.__dataclass_fields__})
-    judge = _tuple_fields(judge)
-    rewrites = RewriteCache(program, example, load_user_decompositions(spec.get("decompositions")))
-    session = Session(program, example, signature, samples, groups["r"], spec["reference_latency"], judge,
-                      spec["sample_origin"], module_rewrites=tuple(spec["module_rewrites"]),
-                      calibration=groups["c"] or None, target_options=spec["target_options"],
-                      dynamic=tuple(spec["dynamic"]), rewrites=rewrites, program_id=spec["program_id"],
-                      cache=open_cache(spec["cache"]), reuse_verdict=spec["cache"]["reuse_verdict"],
-                      fallback=FallbackPolicy(**spec["fallback"]))
-    return dataclasses.replace(session, load_module=eager.loader(spec.get("source"), session))
-
-
-def _tuple_fields(judge):
-    import dataclasses
-
     return dataclasses.replace(judge, budgets=tuple(judge.budgets))
 
 
@@ -308,44 +246,6 @@ def open_cache(settings: dict):
     from edgeport.cache import Cache
 
     return Cache(settings.get("root"))
-
-
-def load_program(path: Path, trust_pickle: bool, spec: dict | None = None):
-    """edgeport's own copy of the program; from a file source it is checked again like any loaded .pt2
-    (a Python source's custom ops are the user's own: its module is imported first to register them)."""
-    from edgeport.sources.program_policy import user_namespaces
-    from edgeport.sources.pt2_archive import load_exported_program
-    from edgeport.sources.pyfile import import_spec_module, is_code_spec
-
-    stat = path.stat()
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _PROGRAMS:
-        _PROGRAMS.clear()
-        model = str(((spec or {}).get("source") or {}).get("model", ""))
-        from_file = model.endswith(".pt2")
-        if is_code_spec(model):   # its custom ops must exist before the program loads
-            import_spec_module(model)
-        namespaces = user_namespaces((spec or {}).get("decompositions")) if from_file else ()
-        _PROGRAMS[key] = load_exported_program(path, trust_pickle, namespaces, check_ops=from_file)
-    return _PROGRAMS[key]
-
-
-def read_inputs(path: Path, counts: dict) -> dict[str, list]:
-    import numpy as np
-
-    with np.load(path, allow_pickle=False) as data:
-        names = set(data.files)
-        out = {}
-        for prefix, count in counts.items():
-            out[prefix] = [[data[f"{prefix}{i}_{j}"] for j in range(_width(names, prefix, i))] for i in range(count)]
-    return out
-
-
-def _width(names: set, prefix: str, i: int) -> int:
-    j = 0
-    while f"{prefix}{i}_{j}" in names:
-        j += 1
-    return j
 
 
 def _json_default(value):
