@@ -19,6 +19,7 @@ def _model(tmp_path, body: str):
 
 
 @pytest.mark.parametrize("body,needle", [("    os._exit(0)\n", "os._exit(0)"),
+                                         ("    __import__('posix')._exit(0)\n", "os._exit(0)"),
                                          ("    if os.fork() == 0:\n        pass\n", "os.fork()")])
 def test_usercode_exit_or_fork_in_build_is_exit_2_not_a_pass(tmp_path, body, needle):
     result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST)
@@ -63,3 +64,14 @@ def test_usercode_non_daemon_thread_does_not_keep_edgeport_running(tmp_path):
     result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST, timeout=150, fresh=True)
     assert result.returncode == 0 and time.monotonic() - start < 140, result.stdout + result.stderr
     assert (tmp_path / "out" / "report.json").is_file()
+
+
+def test_an_exit_handler_from_user_code_cannot_turn_a_failed_gate_into_a_pass(tmp_path):
+    """``atexit.register(posix._exit, 0)`` in build(): the handlers run when edgeport exits, after the
+    verdict; the handler's _exit is refused there too (one line, no traceback) and the failed gate stays 1."""
+    body = "    import atexit, posix\n    atexit.register(posix._exit, 0)\n"
+    result = run_cli("convert", _model(tmp_path, body), "--out", tmp_path / "out", *FAST,
+                     "--budget", "onnx.fp32.max_abs_err=1e-12")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "FAILED" in result.stdout and "Traceback" not in result.stderr
+    assert "ignored at exit: UserCodeEscape" in result.stderr, result.stderr

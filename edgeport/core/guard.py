@@ -52,19 +52,32 @@ def _refuse_fork():
     raise UserCodeEscape("os.fork() called: user code may not duplicate edgeport's process")
 
 
+# ``os`` re-exports them from the platform module (``posix``): both names are guarded
+_EXITS = ((os, "_exit"), (sys.modules[os.name], "_exit"))
+_FORKS = tuple((m, n) for m in (os, sys.modules[os.name]) for n in ("fork", "forkpty") if hasattr(m, n))
+
+
 @contextlib.contextmanager
-def user_code():
-    """``os._exit`` and ``os.fork``/``os.forkpty`` raise while the user's code runs; restored after."""
-    saved = os._exit, os.fork, getattr(os, "forkpty", None)
-    os._exit, os.fork = _refuse_exit, _refuse_fork
-    if saved[2] is not None:
-        os.forkpty = _refuse_fork
+def refused(pairs, replacement):
+    """Each (module, name) in ``pairs`` is ``replacement`` inside the block; restored after."""
+    saved = [(m, n, getattr(m, n)) for m, n in pairs]
+    for module, name, _ in saved:
+        setattr(module, name, replacement)
     try:
         yield
     finally:
-        os._exit, os.fork = saved[0], saved[1]
-        if saved[2] is not None:
-            os.forkpty = saved[2]
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+@contextlib.contextmanager
+def user_code():
+    """``os._exit`` and ``os.fork``/``os.forkpty`` (and their ``posix`` originals) raise while the user's
+    code runs; restored after."""
+    try:
+        with refused(_EXITS, _refuse_exit), refused(_FORKS, _refuse_fork):
+            yield
+    finally:
         check_owner("go on past the model's code")   # a libc fork's child stops here, before it shares the run's files
 
 
@@ -74,9 +87,26 @@ def exit_now(code: int) -> None:
     import atexit
 
     try:
-        atexit._run_exitfuncs()
+        # an exit handler the user's code registered cannot end the process with its own code (nor print a
+        # traceback over the verdict): _exit is refused while handlers run, a handler's error is one line
+        with refused(_EXITS, _refuse_exit), _one_line_errors():
+            atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         _REAL_EXIT(code)
+
+
+@contextlib.contextmanager
+def _one_line_errors():
+    """Errors Python would print as "Exception ignored in ..." with a traceback, one line each instead."""
+    def hook(unraisable):
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"edgeport: ignored at exit: {type(unraisable.exc_value).__name__}: {unraisable.exc_value}\n")
+
+    saved, sys.unraisablehook = sys.unraisablehook, hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = saved
