@@ -128,6 +128,23 @@ def test_exported_programs_match_dynamic_cache_generate(gemma3):
         np.testing.assert_allclose(got.logits, logits, atol=1e-4 * np.abs(logits).max())
 
 
+def test_one_kv_head_is_litert_s_own_workaround(gemma3):
+    """The programs every target starts from keep transformers' ``repeat_kv`` (unsqueeze -> expand ->
+    reshape); LiteRT's converter mishandles that broadcast with one kv head, so the LiteRT row fixes it with
+    passes it declares (grouped_query_attention, expand_before_transpose: see rewrites/attention.py), not
+    the export: ONNX's row takes the programs as they are."""
+    from edgeport.sources.pt2_archive import load_exported_program
+    from edgeport.targets.rewrites.grouped_attention import repeated_heads
+
+    _, out, report = gemma3
+    decode = load_exported_program(out / "exported" / "decode.pt2")
+    repeats = [repeated_heads(n) for n in decode.graph.nodes]
+    assert sum(r is not None and r[1] == 4 for r in repeats) == 2 * 3, "one key and one value repeat per layer"
+    litert, onnx = rows_of(report)[("litert", "fp32")], rows_of(report)[("onnx", "fp32")]
+    assert "grouped_query_attention" in litert["rewrites"], litert["rewrites"]
+    assert not {"grouped_query_attention", "expand_before_transpose"} & set(onnx["rewrites"]), onnx["rewrites"]
+
+
 def test_prefill_keeps_each_slots_latest_real_position():
     """Slot s after a prefill of length L holding a prompt of n real tokens: the latest p < n with
     p % W == s (the padding never displaces a real token), or nothing real yet (s >= n)."""

@@ -18,7 +18,7 @@ TARGET_MODULES = {
     "litert": "edgeport.targets.litert.target",
     "onnx": "edgeport.targets.onnx.target",
     "tpu": "edgeport.targets.tpu.target",
-    "executorch": "edgeport.targets.executorch",
+    "executorch": "edgeport.targets.executorch.target",
 }
 
 

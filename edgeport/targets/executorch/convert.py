@@ -3,7 +3,8 @@ PT2E first (:mod:`.quantize`); the row's ``delegation`` block says what XNNPACK 
 
 from __future__ import annotations
 
-from edgeport.targets.executorch._base import ConvertJob, Converted, ReportSection
+from edgeport.targets.base import ConvertJob, Converted
+from edgeport.validate.sections import ReportSection
 from edgeport.targets.executorch.delegation import summary
 from edgeport.targets.executorch.lower import lower, save, weights_on_disk
 from edgeport.targets.executorch.quantize import quantized_program

@@ -79,7 +79,7 @@ def summary(edge) -> dict:
 def portable_ops(program) -> dict[str, tuple[int, str]]:
     """``edgeport check``: the ops of ``program`` that XNNPACK would leave on the portable kernels, as
     ``{op: (count, why)}`` (found by running the very partitioner ``convert`` runs, without serializing)."""
-    from edgeport.targets.executorch._base import first_line
+    from edgeport.diagnostics import first_line
     from edgeport.targets.executorch.lower import edge_program
 
     try:

@@ -20,7 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeport.targets._jax import cpu_tracing
-from edgeport.targets.executorch._base import Converted, GenerativeJob, GenerativeSupport, calibrated, capture_mode
+from edgeport.core.program import capture_mode
+from edgeport.targets._pt2e import calibrated
+from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
 from edgeport.targets.executorch.delegation import summary
 from edgeport.targets.executorch.lower import lower, save, weights_on_disk
 from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner

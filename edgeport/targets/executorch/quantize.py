@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from edgeport.targets.executorch._base import (EagerRunner, QuantLayer, block_layers, calibrated, capture_mode, float_filter,
-                                               fx_layers, in_graph_order, owners, to_torch)
+from edgeport.core.eager import EagerRunner, to_torch
+from edgeport.core.program import capture_mode
+from edgeport.quantize.layers import QuantLayer, block_layers, fx_layers, in_graph_order, owners
+from edgeport.targets._pt2e import calibrated, float_filter
 
 # the ops XNNPACK's quantizer annotates that carry a weight: what a user would keep float
 CONV_OPS = ("conv1d", "conv2d", "convolution")

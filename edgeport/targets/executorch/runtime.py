@@ -27,8 +27,9 @@ from typing import Sequence
 import numpy as np
 
 from edgeport.errors import load_json
-from edgeport.targets.executorch._base import (BaseRunner, PerSignature, SignatureRunner, cast_to, first_line,
-                                              one_at_a_time, tensor)
+from edgeport.diagnostics import first_line
+from edgeport.targets.runner import BaseRunner
+from edgeport.targets.signature import PerSignature, SignatureRunner, cast_to, one_at_a_time, tensor
 from edgeport.targets.executorch.lower import IO_METHOD
 
 # c10::ScalarType codes the runtime reports (TensorInfo.dtype()) -> numpy

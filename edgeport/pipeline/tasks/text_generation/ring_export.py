@@ -8,9 +8,7 @@ capturing), and returns ``{"logits", "cache_k_<l>", "cache_v_<l>", "cache_len_<l
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -122,7 +120,7 @@ def export_ring(model, lens, cache_len: int, decode_mask) -> dict:
     plan = cache_plan(model, cache_len)
     style = mask_style(decode_mask, plan)
     flat = {}
-    with torch.no_grad(), concatenated_heads():
+    with torch.no_grad():
         for length in lens:
             module = RingLM(model, plan, style, length)
             sample = prefill_sample(model, length)
@@ -132,32 +130,6 @@ def export_ring(model, lens, cache_len: int, decode_mask) -> dict:
         sample = decode_sample(decoder, flat[f"prefill_{lens[-1]}"][1], prefilled)
         flat["decode"] = (_export(decoder, sample), sample)
     return flat
-
-
-def repeat_kv_by_concat(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """transformers' ``repeat_kv`` (kv head h serves query heads h * n_rep ..), built with a concatenation
-    instead of ``expand``: litert-torch 0.10 lowers the expand of a single kv head (BROADCAST_TO) wrongly
-    (an attention with one kv head through expand + reshape is off by ~0.8 of its scale after conversion,
-    by 1e-7 through concat; two kv heads are exact either way). Same values on every other target."""
-    if n_rep == 1:
-        return hidden_states
-    batch, heads, length, dim = hidden_states.shape
-    return torch.cat([hidden_states[:, :, None]] * n_rep, dim=2).reshape(batch, heads * n_rep, length, dim)
-
-
-@contextlib.contextmanager
-def concatenated_heads():
-    """Every loaded transformers module's ``repeat_kv`` is :func:`repeat_kv_by_concat` while exporting."""
-    patched = [m for name, m in list(sys.modules.items())
-               if name.startswith("transformers.") and callable(getattr(m, "repeat_kv", None))]
-    saved = [m.repeat_kv for m in patched]
-    try:
-        for module in patched:
-            module.repeat_kv = repeat_kv_by_concat
-        yield
-    finally:
-        for module, original in zip(patched, saved):
-            module.repeat_kv = original
 
 
 def _export(module: torch.nn.Module, sample: dict):
