@@ -153,3 +153,28 @@ def test_a_pass_that_breaks_the_program_costs_only_itself(monkeypatch):
         assert not R.pending([result.program], ["sort_by_rank"])
         for e, g in zip(run(program).values(), run(result.program).values(), strict=True):
             assert torch.equal(e, g)
+
+
+PROGRAM_DECLARED = sorted({(t, name) for t in target_names() for name in get_target(t).rewrites
+                           if name in R.PROGRAM_PASSES and name != "user_decompositions"})   # that one needs --decompositions
+
+
+@pytest.mark.parametrize("task", [_forward, _generation], ids=["forward", "text-generation"])
+@pytest.mark.parametrize("target_name,name", PROGRAM_DECLARED)
+def test_declared_program_pass_reaches_both_tasks(target_name, name, task):
+    """Program-level passes (``upcast_fp32``: a bf16 model converted in fp32) reach both tasks' programs
+    through the same entry points as the node passes: applied, no half-precision weight or input left,
+    outputs (on the same inputs in fp32) as the bf16 program's within bf16's rounding."""
+    from edgeport.targets.rewrites.precision import low_precision_of
+
+    assert name == "upcast_fp32", f"{name}: a new program pass needs its example here"
+    torch.manual_seed(0)
+    module = Named(lambda s, x: s.norm(s.lin(x)), lin=nn.Linear(8, 8), norm=nn.LayerNorm(8)).eval().to(torch.bfloat16)
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    program, result, run = task(get_target(target_name), module, {"x": x})
+    assert low_precision_of(program) == "bf16"
+    assert name in result.applied and low_precision_of(result.program) is None, (result.applied, result.notes)
+    call = result.program.module()
+    got = call(x.float()) if task is _forward else call(x=x.float())
+    for e, g in zip(run(program).values(), got.values(), strict=True):
+        assert e.shape == g.shape and g.dtype == torch.float32 and torch.allclose(e.float(), g, atol=0.05)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from edgeport.targets.rewrites.conv import has_output_padding
 from edgeport.targets.rewrites.custom_ops import apply_decompositions, call_site, custom_op_definition, foreign_op, op_key
-from edgeport.targets.rewrites.precision import low_precision_of, upcast_fp32
+from edgeport.targets.rewrites.precision import low_precision_of, upcast_example, upcast_fp32
 from edgeport.targets.rewrites.registry import REWRITES, Rewrite, RewriteFailed
 
 
@@ -41,6 +41,8 @@ def apply_rewrites(program, example_inputs: tuple, names, decompositions: dict |
     if "upcast_fp32" in names and low_precision_of(program):
         precision = low_precision_of(program)
         gm, example = upcast_fp32(program.module(), example)
+        if example_kwargs:   # a signature called by name (text generation) is re-exported with these
+            example_kwargs = dict(zip(example_kwargs, upcast_example(tuple(example_kwargs.values()))))
         applied.append("upcast_fp32")
         notes.append(f"model is {precision}: converted in float32; parity is judged against the {precision} "
                      f"eager model with the {precision} budget")

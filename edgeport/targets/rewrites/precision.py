@@ -42,4 +42,12 @@ def upcast_fp32(gm, example: tuple):
         node.args = tuple(swap(a) for a in node.args)
         node.kwargs = {k: swap(v) for k, v in node.kwargs.items()}
     gm.recompile()
-    return gm, tuple(x.float() if x.dtype in low else x for x in example)
+    return gm, upcast_example(example)
+
+
+def upcast_example(values: tuple) -> tuple:
+    """Half-precision example inputs as float32 (the upcast program's inputs); anything else as it is."""
+    import torch
+
+    low = (torch.bfloat16, torch.float16)
+    return tuple(x.float() if isinstance(x, torch.Tensor) and x.dtype in low else x for x in values)

@@ -22,10 +22,9 @@ def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) 
     from edgeport.pipeline.tasks.text_generation.judge import generation_budget
     from edgeport.pipeline.tasks.text_generation.reuse import row_key
     from edgeport.targets.base import GenerativeJob
-    from edgeport.targets.rewrites import REWRITES
 
     bundle = target.generation().bundle(variant)
-    passes = [] if bundle else [n for n in target.rewrites if n in REWRITES]
+    passes = [] if bundle else declared_passes(target)
     job = GenerativeJob(dict(session.programs), session.samples, session.layout.to_json(), variant, out_dir,
                         dict(session.target_options), notes=list(session.notes), passes=tuple(passes),
                         progress=scoped(session.progress, f"{target.name} {variant}"))
@@ -82,9 +81,9 @@ def rewritten_programs(target, programs: dict, samples: dict, names: list[str] |
     """(programs, passes applied, notes): the target's node rewrites (e.g. ``sort_by_rank`` for a MoE router
     that sorts) on each prefill/decode program, re-exported with its named inputs, the way forward's program
     gets them (:func:`edgeport.targets.rewrites.rewrite_for_target`, the same fallbacks and notes)."""
-    from edgeport.targets.rewrites import REWRITES, rewrite_for_target
+    from edgeport.targets.rewrites import rewrite_for_target
 
-    names = [n for n in target.rewrites if n in REWRITES] if names is None else names
+    names = declared_passes(target) if names is None else names
     out, applied, notes = {}, [], []
     for name, program in programs.items():
         result = rewrite_for_target(program, names, example_kwargs=samples.get(name))
@@ -92,6 +91,15 @@ def rewritten_programs(target, programs: dict, samples: dict, names: list[str] |
         out[name] = result.program
         applied += [a for a in result.applied if a not in applied]
     return out, applied, notes
+
+
+def declared_passes(target) -> list[str]:
+    """The target's node passes and its program passes but the user's decompositions (a generative model
+    has no custom ops): ``upcast_fp32`` is a no-op on programs exported from a model upcast at load, and
+    is passed anyway so every declared pass reaches both tasks' programs the same way."""
+    from edgeport.targets.rewrites import PROGRAM_PASSES, REWRITES
+
+    return [n for n in target.rewrites if n in REWRITES or (n in PROGRAM_PASSES and n != "user_decompositions")]
 
 
 def judge(row: Row, target, built: Built, session, staging: Path) -> None:
