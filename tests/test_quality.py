@@ -132,6 +132,30 @@ def test_checks_hold_and_gate_on_the_drop():
              "results": [{"name": "a", "passed": False, "reference_passed": True}]}
     assert "lost: a" in checks_failures(block, {"checks_drop_max": 0.0})[0]
     assert checks_failures(block, {"checks_drop_max": 0.25}) == []
+    block["results"][0]["fragile"] = True   # PyTorch's own pass was a near-tie: losing it is not counted
+    assert checks_failures(block, {"checks_drop_max": 0.0}) == []
+    block["results"].append({"name": "b", "passed": False, "reference_passed": True, "fragile": False})
+    block.update(passed=1, pass_rate=0.25)
+    assert checks_failures(block, {"checks_drop_max": 0.0}) == [
+        "task checks: 1/4 pass vs PyTorch's 3/4 (drop 0.250 > 0; lost: b; not counted, near-ties in PyTorch: a)"]
+
+
+def test_a_checks_margin_is_taken_up_to_where_the_answer_holds():
+    """The near-tie that matters is before the answer held: one after it cannot change the verdict."""
+    import numpy as np
+
+    from edgeport.pipeline.tasks.text_generation.checks import decisive_margin
+    from edgeport.pipeline.tasks.text_generation.loop import Generation
+
+    class Letters:   # token i decodes to the i-th letter
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(chr(ord("a") + i) for i in ids)
+
+    logits = np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.34, 0.33, 0.33]]))
+    generation = Generation([0, 1, 0], logits)   # "a", "ab", "aba"
+    check = {"kind": "contains", "expected": "ab"}
+    assert decisive_margin(check, generation, Letters()) == pytest.approx(0.5)    # steps 0-1: 0.5, 0.7
+    assert decisive_margin({"kind": "contains", "expected": "aba"}, generation, Letters()) == pytest.approx(0.01)
 
 
 def test_manifest_carries_each_artifacts_quality_for_the_app_screens(converted):

@@ -8,6 +8,9 @@ value in the answer must validate); optional ``name`` and ``max_new_tokens`` (de
 through the tokenizer's chat template when it has one (as a user turn, generation prompt added). Answers are
 greedy, stopping at the model's eos, through the same loop on both sides (PyTorch: the exported programs).
 The gate: the artifact passes at least as many checks as PyTorch, less ``checks_drop_max`` (a share, default 0).
+A check PyTorch itself passed only through a near-tie (some greedy step before its answer held had the top two
+tokens within ``FRAGILE_MARGIN`` of probability) is *fragile*: whether an artifact keeps it is a coin flip
+(SmolLM2's fp32 answer to a check opened with 0.152 vs 0.140), so losing it is listed, not counted.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ KINDS = ("contains", "regex", "json_schema")
 DEFAULT_MAX_NEW = 32
 MAX_CHECKS = 1000
 DROP_DEFAULT = 0.0
+FRAGILE_MARGIN = 0.05   # top-1 minus top-2 probability at a step of PyTorch's answer, before it held
 
 
 def read_checks(path_text: str) -> list[dict]:
@@ -125,16 +129,40 @@ def prepare_checks(path_text: str, tokenizer_dir: Path | None, layout, programs:
     for check in checks:
         check["ids"] = prompt_ids(tokenizer, check)
         check_prompt(check["ids"], layout, f"--checks {check['name']}", check["max_new_tokens"])
-    answers = answer_all(ProgramRunner(programs), layout, checks, tokenizer)
-    return {"checks": checks, "tokenizer": tokenizer, "reference": [holds(c, a) + (a,) for c, a in zip(checks, answers)]}
+    generations = generate_all(ProgramRunner(programs), layout, checks)
+    reference = []
+    for check, generation in zip(checks, generations):
+        answer = tokenizer.decode(generation.tokens, skip_special_tokens=True)
+        ok, why = holds(check, answer)
+        reference.append((ok, why, answer, decisive_margin(check, generation, tokenizer) if ok else None))
+    return {"checks": checks, "tokenizer": tokenizer, "reference": reference}
 
 
-def answer_all(runner, layout, checks: list[dict], tokenizer) -> list[str]:
+def generate_all(runner, layout, checks: list[dict]) -> list:
     from edgeport.pipeline.tasks.text_generation.loop import greedy
 
     stops = tuple(layout.eos_token_ids)
-    return [tokenizer.decode(greedy(runner, layout, c["ids"], c["max_new_tokens"], stop_ids=stops).tokens,
-                             skip_special_tokens=True) for c in checks]
+    return [greedy(runner, layout, c["ids"], c["max_new_tokens"], stop_ids=stops) for c in checks]
+
+
+def answer_all(runner, layout, checks: list[dict], tokenizer) -> list[str]:
+    return [tokenizer.decode(g.tokens, skip_special_tokens=True) for g in generate_all(runner, layout, checks)]
+
+
+def decisive_margin(check: dict, generation, tokenizer) -> float:
+    """The smallest top-1 minus top-2 probability over the greedy steps up to the one after which the
+    answer holds: how close PyTorch's own pass came to another answer."""
+    import numpy as np
+
+    logits = np.asarray(generation.logits, np.float64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    top2 = np.sort(probs, -1)[:, -2:]
+    margins = top2[:, 1] - top2[:, 0]
+    for k in range(1, len(generation.tokens) + 1):
+        if holds(check, tokenizer.decode(generation.tokens[:k], skip_special_tokens=True))[0]:
+            return float(margins[:k].min())
+    return float(margins.min())
 
 
 def run_checks(runner, layout, prepared: dict) -> dict:
@@ -142,9 +170,10 @@ def run_checks(runner, layout, prepared: dict) -> dict:
     checks = prepared["checks"]
     answers = answer_all(runner, layout, checks, prepared["tokenizer"])
     results = []
-    for check, answer, (ref_ok, _, _) in zip(checks, answers, prepared["reference"]):
+    for check, answer, (ref_ok, _, _, margin) in zip(checks, answers, prepared["reference"]):
         ok, why = holds(check, answer)
-        results.append({"name": check["name"], "passed": ok, "reference_passed": ref_ok, "answer": answer, "why": why})
+        results.append({"name": check["name"], "passed": ok, "reference_passed": ref_ok, "answer": answer, "why": why,
+                        "reference_margin": margin, "fragile": margin is not None and margin < FRAGILE_MARGIN})
     total, passed, ref = len(results), sum(r["passed"] for r in results), sum(r["reference_passed"] for r in results)
     return {"total": total, "passed": passed, "reference_passed": ref, "pass_rate": passed / total,
             "reference_pass_rate": ref / total, "results": results}
@@ -155,9 +184,12 @@ def checks_failures(block: dict, budget: dict) -> list[str]:
 
     if not gates(budget, "checks_drop_max"):
         return []
-    drop = block["reference_pass_rate"] - block["pass_rate"]
+    lost = [r for r in block["results"] if r["reference_passed"] and not r["passed"]]
+    fragile = [r["name"] for r in lost if r.get("fragile")]
+    drop = block["reference_pass_rate"] - block["pass_rate"] - len(fragile) / block["total"]
     if drop <= budget["checks_drop_max"] + 1e-12:
         return []
-    lost = [r["name"] for r in block["results"] if r["reference_passed"] and not r["passed"]]
+    named = [r["name"] for r in lost if not r.get("fragile")]
+    also = f"; not counted, near-ties in PyTorch: {', '.join(fragile[:3])}" if fragile else ""
     return [f"task checks: {block['passed']}/{block['total']} pass vs PyTorch's {block['reference_passed']}/{block['total']} "
-            f"(drop {drop:.3f} > {budget['checks_drop_max']:g}; lost: {', '.join(lost[:3])})"]
+            f"(drop {drop:.3f} > {budget['checks_drop_max']:g}; lost: {', '.join(named[:3])}{also})"]
