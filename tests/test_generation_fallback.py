@@ -67,3 +67,20 @@ def test_fallback_needs_a_variant_that_can_keep_groups_float(tmp_path):
     line = result.stderr.strip()
     assert "\n" not in line and "onnx int4-block32" in line and "--fallback float" in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_budget_no_allowed_search_meets_fails_and_says_how_far_it_got(tmp_path):
+    """A mean-KLD budget one float group cannot meet with --fallback-max 1: the row fails (exit 1), the
+    search's steps are in report.json and the error names the cap and the best it measured."""
+    model = tiny_gguf.write(tmp_path / "tiny.gguf")
+    (tmp_path / "text.txt").write_text(TEXT)
+    result = run_cli("convert", model, "-t", "onnx", "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
+                     "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", tmp_path / "text.txt",
+                     "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "1",
+                     "--budget", "onnx.int4-block32.kld_mean_max=1e-9", "--out", tmp_path / "out", timeout=900)
+    assert result.returncode == 1, result.stderr
+    row = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "int4-block32")
+    q = row["quantization"]
+    assert row["status"] == "failed" and "still over budget with up to 1 of 5 weight groups float" in row["error"], row["error"]
+    assert [s["float_layers"] for s in q["search"]] == [0, 1] and not any(s["passed"] for s in q["search"])
+    assert q["float_layers"] == [] and "after" not in q and row["size_bytes"] == q["before"]["size_bytes"]

@@ -97,7 +97,7 @@ def _search(row, support, quantizer, built, session, staging: Path, say, judged)
         record["search"].append(_step(_metrics(row.details.get("quality") or {}), k, "artifact", row.status == "ok"))
         record["float_layers"] = [{"name": g, "op": groups[g]["op"], "source": None, "matmuls": groups[g]["matmuls"],
                                    "why": FALLBACK_WHY} for g in floats]
-        if row.status == "ok" or builds >= MAX_BUILDS:
+        if row.status == "ok" or builds >= MAX_BUILDS or real["kld_mean"] is None:   # None: it did not run
             break
         margin = {key: max(0.0, abs(real.get(key, 0) - sim[key])) for key in METRICS}
     _conclude(row, record, rebuilt, before, cap)
