@@ -62,9 +62,11 @@ def graph_groups(path: Path) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def dequantized(graph, folder: Path) -> dict[str, np.ndarray]:
+def dequantized(graph, folder: Path, seen: dict) -> dict[str, np.ndarray]:
     """{MatMul node name it replaced: the (K, N) float32 weight} of every ``MatMulNBits`` node of a quantized
-    graph (symmetric: no zero points, the implicit one is 2^(bits-1))."""
+    graph (symmetric: no zero points, the implicit one is 2^(bits-1)). ``seen``: arrays already unpacked, by
+    where their blocks are stored (the graphs share one weights file: prefill's and decode's weights are
+    unpacked once)."""
     from onnx import helper, numpy_helper
 
     from edgeport.targets.onnx.lazy_weights import inline_tensor
@@ -74,10 +76,14 @@ def dequantized(graph, folder: Path) -> dict[str, np.ndarray]:
     for node in graph.node:
         if node.op_type != "MatMulNBits" or len(node.input) > 3:
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        blocks = numpy_helper.to_array(inline_tensor(inits[node.input[1]], str(folder), copy=True))
-        scales = numpy_helper.to_array(inline_tensor(inits[node.input[2]], str(folder), copy=True))
-        out[re.sub(r"_Q\d+$", "", node.name)] = unpack(blocks, scales, attrs["bits"], attrs["K"], attrs["N"])
+        packed, scale = inits[node.input[1]], inits[node.input[2]]
+        where = tuple((e.key, e.value) for t in (packed, scale) for e in t.external_data) or (packed.name, scale.name)
+        if where not in seen:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            blocks = numpy_helper.to_array(inline_tensor(packed, str(folder), copy=True))
+            scales = numpy_helper.to_array(inline_tensor(scale, str(folder), copy=True))
+            seen[where] = unpack(blocks, scales, attrs["bits"], attrs["K"], attrs["N"])
+        out[re.sub(r"_Q\d+$", "", node.name)] = seen[where]
     return out
 
 
@@ -94,8 +100,20 @@ class SimulatedRunner(OnnxSignatureRunner):
     """The fp32 graphs with some weights replaced (``overrides``: graph -> {initializer: array})."""
 
     def __init__(self, path: Path, threads: int, overrides: dict[str, dict[str, np.ndarray]]):
-        self.overrides, self.values = overrides, {}
-        super().__init__(path, threads)
+        from edgeport.targets.signature import PerSignature, SignatureRunner
+
+        SignatureRunner.__init__(self, path, threads)
+        self.overrides, self.values, self.described = overrides, {}, {}
+        self.graphs = {g.stem: g for g in sorted(Path(path).glob("*.onnx"))}
+        # one session at a time: a candidate's fp32 weights, pre-packed, once (a search builds dozens)
+        self.one_session = True
+        self.session = PerSignature(self._build, True)
+        self.sessions = self.session.live
+
+    def close(self) -> None:
+        """Drop the sessions and their weights now (the runner is a cycle: gc would take them later)."""
+        self.session.live.clear()
+        self.values.clear()
 
     def _build(self, name: str):
         import onnxruntime as ort
@@ -126,10 +144,10 @@ class GroupQuantizer:
             raise FileNotFoundError("the fp32 graphs the row was quantized from are not beside it")
         self.names = sorted(g.stem for g in self.fp32.glob("*.onnx"))
         self.members = {name: graph_groups(self.fp32 / f"{name}.onnx") for name in self.names}
-        self.weights = {}
+        self.weights, seen = {}, {}
         for name in self.names:
             graph = onnx.load(str(self.artifact / f"{name}.onnx"), load_external_data=False).graph
-            self.weights[name] = dequantized(graph, self.artifact)
+            self.weights[name] = dequantized(graph, self.artifact, seen)
         self.groups = self._describe()
 
     def _describe(self) -> dict[str, dict]:

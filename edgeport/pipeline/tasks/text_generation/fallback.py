@@ -116,9 +116,15 @@ def sensitivity(quantizer, session, groups: dict) -> list[dict]:
 
 
 def _measure(runner, session, reference) -> dict:
+    """The quality block of one candidate; its runtime (a copy of the weights) is gone before the next."""
+    from edgeport.core.memory import release
     from edgeport.pipeline.tasks.text_generation.quality import measure
 
-    return measure(runner, session.layout, reference)
+    try:
+        return measure(runner, session.layout, reference)
+    finally:
+        getattr(runner, "close", lambda: None)()
+        release(session.weight_bytes)
 
 
 def _slice(reference, tokens: int):
