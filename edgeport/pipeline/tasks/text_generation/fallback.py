@@ -86,15 +86,18 @@ def _search(row, support, quantizer, built, session, staging: Path, say, judged)
     for k in range(1, min(cap, len(order)) + 1):
         floats = order[:k]
         say(f"--fallback float: {k} group(s) float, simulated over the eval text")
-        sim = _measure(quantizer.runner([g for g in groups if g not in floats]), session, session.quality)
-        passed = not quality_failures(sim, _tightened(budget, margin))
-        record["search"].append(_step(sim, k, quantizer.measured, passed))
-        if not passed:
+        quantized = [g for g in groups if g not in floats]
+        sim = _measure(quantizer.runner(quantized), session, session.quality)
+        failures = quality_failures(sim, _tightened(budget, margin))
+        failures = failures or _check_failures(quantizer.runner(quantized), session, budget)
+        record["search"].append({**_step(sim, k, quantizer.measured, not failures), **_why(failures)})
+        if failures:
             continue
         say(f"--fallback float: rebuilding with {k} group(s) float, judged again")
         real = _rebuild(row, support, quantizer, floats, session, staging, budget, judged)
         builds, rebuilt = builds + 1, True
-        record["search"].append(_step(_metrics(row.details.get("quality") or {}), k, "artifact", row.status == "ok"))
+        record["search"].append({**_step(real, k, "artifact", row.status == "ok"),
+                                 **_why([row.error] if row.status != "ok" and row.error else [])})
         record["float_layers"] = [{"name": g, "op": groups[g]["op"], "source": None, "matmuls": groups[g]["matmuls"],
                                    "why": FALLBACK_WHY} for g in floats]
         if row.status == "ok" or builds >= MAX_BUILDS or real["kld_mean"] is None:   # None: it did not run
@@ -125,6 +128,25 @@ def _measure(runner, session, reference) -> dict:
     finally:
         getattr(runner, "close", lambda: None)()
         release(session.weight_bytes)
+
+
+def _check_failures(runner, session, budget: dict) -> list[str]:
+    """The task checks (--checks) on a candidate that meets the quality budget: the simulation gives the
+    artifact's logits, so a check the rebuilt artifact would lose is lost here, without a rebuild."""
+    from edgeport.core.memory import release
+    from edgeport.pipeline.tasks.text_generation.checks import checks_failures, run_checks
+
+    if getattr(session, "checks", None) is None:
+        return []
+    try:
+        return checks_failures(run_checks(runner, session.layout, session.checks), budget)
+    finally:
+        runner.close()
+        release(session.weight_bytes)
+
+
+def _why(failures: list[str]) -> dict:
+    return {"failed_on": "; ".join(failures)} if failures else {}
 
 
 def _slice(reference, tokens: int):
