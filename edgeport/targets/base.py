@@ -132,6 +132,20 @@ class BundleSupport:
 
 
 @dataclass(frozen=True)
+class GenerativeFallback:
+    """A generative variant whose quantizer can keep chosen weight groups (a block's attention projections,
+    its MLP, the lm_head) in float. ``prepare(artifact, variant, threads)`` reads the row's artifact and the
+    fp32 graphs it was quantized from, and returns an object with ``groups`` ({name: {"op", "bytes", ...}}),
+    ``measured`` (how a candidate is run: "simulation" when its quantized weights are put back into the fp32
+    graphs), ``runner(quantized)`` (a SignatureRunner with only those groups quantized), ``build(floats)``
+    (the real artifact with those groups float, written where the row's was; returns Converted) and
+    ``close()``. The search lives in :mod:`edgeport.pipeline.tasks.text_generation.fallback`."""
+
+    variants: dict[str, str] = field(hash=False)   # variant -> its quantization scheme, as the report states it
+    prepare: Callable[[Path, str, int], Any]
+
+
+@dataclass(frozen=True)
 class GenerativeSupport:
     """What a target offers for generative models (prefill/decode with an explicit KV cache).
 
@@ -149,6 +163,11 @@ class GenerativeSupport:
     # plan time, before the model loads: (source, target options, cache_len) -> None, UsageError (exit 2)
     # when the target's options cannot hold for this model
     check: Callable[[Any, dict, int], None] | None = None
+    # quantized variants that can keep weight groups in float (``--fallback float`` on text generation)
+    float_fallback: "GenerativeFallback | None" = None
+
+    def can_keep_float(self, variant: str) -> bool:
+        return self.float_fallback is not None and variant in self.float_fallback.variants
 
     def bundle(self, variant: str) -> BundleSupport | None:
         return next((b for b in self.bundles if b.variant == variant), None)

@@ -26,10 +26,10 @@ def quantization_sections(report: dict) -> list:
                _cost(q)] for label, q in _rows_with(report, "float_layers") for layer in q["float_layers"]]
     sensitive = [[label, layer["name"], layer["op"], layer.get("source") or "–", _fmt(layer["cosine_min"], ".4f"),
                   _fmt(layer["snr_db_min"], ".1f")]
-                 for label, q in _rows_with(report, "sensitive_layers") for layer in q["sensitive_layers"]]
+                 for label, q in _rows_with(report, "sensitive_layers") if not _kld(q) for layer in q["sensitive_layers"]]
     steps = [[label, str(s["float_layers"]), _fmt(s["cosine_min"], ".5f"), _fmt(s["snr_db_min"], ".1f"),
               "yes" if s["passed"] else "no", s.get("measured") or "–"]
-             for label, q in _rows_with(report, "search") if len(q["search"]) > 1 or q["search"][0]["passed"]
+             for label, q in _rows_with(report, "search") if not _kld(q) and (len(q["search"]) > 1 or q["search"][0]["passed"])
              for s in q["search"]]
     sections = []
     if floats:
@@ -41,6 +41,35 @@ def quantization_sections(report: dict) -> list:
     if steps:
         sections.append(ReportSection("fallback-search", "Fallback search (float layers → parity)",
                                       ("row", "float layers", "cosine min", "SNR dB", "passed", "measured on"), steps))
+    return sections + kld_sections(report)
+
+
+def _kld(record: dict) -> bool:
+    """A text-generation search (:mod:`edgeport.pipeline.tasks.text_generation.fallback`): judged by KLD over
+    the eval text, not by cosine/SNR on parity samples."""
+    return record.get("metric") == "kld"
+
+
+def kld_sections(report: dict) -> list:
+    """Text generation's sensitive weight groups and search curve, in the quality block's numbers."""
+    from edgeport.validate.sections import ReportSection
+
+    sensitive = [[label, g["name"], str(g.get("matmuls", "–")), _fmt(g["kld_mean"], ".4g"), _fmt(g["kld_p99"], ".4g"),
+                  _fmt(100 * g["top1_agreement"], ".1f")]
+                 for label, q in _rows_with(report, "sensitive_layers") if _kld(q) for g in q["sensitive_layers"]]
+    steps = [[label, str(s["float_layers"]), _fmt(s["kld_mean"], ".4g"), _fmt(s["kld_p99"], ".4g"),
+              _fmt(None if s["top1_agreement"] is None else 100 * s["top1_agreement"], ".1f"),
+              "yes" if s["passed"] else "no", s.get("measured") or "–"]
+             for label, q in _rows_with(report, "search") if _kld(q) for s in q["search"]]
+    sections = []
+    if sensitive:
+        sections.append(ReportSection("sensitive-groups", "Most quantization-sensitive weight groups (each quantized "
+                                      "alone, KLD over the start of the eval text)",
+                                      ("row", "group", "matmuls", "mean KLD", "p99 KLD", "same top-1 %"), sensitive))
+    if steps:
+        sections.append(ReportSection("fallback-search-kld", "Fallback search (float groups → quality on the eval text)",
+                                      ("row", "float groups", "mean KLD", "p99 KLD", "same top-1 %", "passed",
+                                       "measured on"), steps))
     return sections
 
 
@@ -59,9 +88,11 @@ def search_curves(report: dict) -> list[dict]:
         if len(record.get("search") or []) < 2:
             continue
         budget = (r.get("parity") or {}).get("budget") or {}
-        metric = "snr_db_min" if "snr_db_min" in budget or "cosine_min" not in budget else "cosine_min"
+        metric = "kld_mean" if _kld(record) else \
+            "snr_db_min" if "snr_db_min" in budget or "cosine_min" not in budget else "cosine_min"
         points = [(s["float_layers"], s[metric], s["passed"]) for s in record["search"]
                   if isinstance(s.get(metric), (int, float))]
-        curves.append({"label": f"{r['target']} {r['variant']}", "metric": metric, "threshold": budget.get(metric),
+        threshold = budget.get("kld_mean_max" if _kld(record) else metric)
+        curves.append({"label": f"{r['target']} {r['variant']}", "metric": metric, "threshold": threshold,
                        "points": points})
     return curves

@@ -99,7 +99,7 @@ def _search_svg(curve: dict) -> str:
         parts.append(f'<circle class="step" cx="{x(n):.1f}" cy="{y(v):.1f}" r="4" fill="{"#4a7" if ok else "#d55"}">'
                      f'<title>{n} float: {v:.4g}</title></circle>')
     parts += [f'<text x="{x(n) - 3:.1f}" y="{height - pad + 14}">{n}</text>' for n in sorted({n for n, _, _ in points})]
-    metric = {"snr_db_min": "min SNR dB", "cosine_min": "min cosine"}.get(curve["metric"], curve["metric"])
+    metric = {"snr_db_min": "min SNR dB", "cosine_min": "min cosine", "kld_mean": "mean KLD"}.get(curve["metric"], curve["metric"])
     parts.append(f'<text x="2" y="{pad - 8}">{html.escape(metric)}: {low:.4g} .. {high:.4g}</text>'
                  f'<text x="{width / 2 - 30:.0f}" y="{height - 6}">float layers</text>')
     return (f'<figure><figcaption>{html.escape(curve["label"])}</figcaption><svg xmlns="http://www.w3.org/2000/svg" '

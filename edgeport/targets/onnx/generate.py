@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.base import Converted, GenerativeFallback, GenerativeJob, GenerativeSupport
 from edgeport.targets.onnx.signatures import OnnxSignatureRunner, output_name
 
 
@@ -47,11 +47,24 @@ def convert(job: GenerativeJob) -> Converted:
                                 "shared_weights": shared})
     out = artifact_dir(job.out_dir, job.variant)
     out.mkdir(parents=True, exist_ok=True)
-    for name in job.programs:
-        QUANTIZERS[job.variant](fp32 / f"{name}.onnx", out / f"{name}.onnx", job)
-    shared = share_weights([out / f"{n}.onnx" for n in job.programs])
-    return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in job.programs},
-                           **scheme_details(job.variant), "shared_weights": shared})
+    return quantize_graphs(fp32, out, list(job.programs), job.variant)
+
+
+def quantize_graphs(fp32: Path, out: Path, names: list[str], variant: str, keep_float: dict | None = None) -> Converted:
+    """``out``: each fp32 graph quantized in ``variant``'s scheme, weights shared; ``keep_float`` (graph ->
+    MatMul node names) leaves those nodes float (``--fallback float``, :mod:`.gen_fallback`)."""
+    from edgeport.targets.onnx import nbits
+    from edgeport.targets.onnx.shared_weights import share_weights
+    from edgeport.targets.onnx.target import describe
+
+    for name in names:
+        # external data: a 1B model's graph (its fp32 embedding table stays float: Gather is not quantized)
+        # is past protobuf's 2 GB; share_weights then gathers every graph's data into one file
+        nbits.quantize_nbits(fp32 / f"{name}.onnx", out / f"{name}.onnx", getattr(nbits, SCHEMES[variant]),
+                             nodes_to_exclude=(keep_float or {}).get(name, ()), external=True)
+    shared = share_weights([out / f"{n}.onnx" for n in names])
+    return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in names},
+                           **scheme_details(variant), "shared_weights": shared})
 
 
 def _export(program, sample: dict, path: Path) -> None:
@@ -76,8 +89,6 @@ def _quantizer(scheme_name: str):
     def quantize(src: Path, dst: Path, job: GenerativeJob) -> None:
         from edgeport.targets.onnx import nbits
 
-        # external data: a 1B model's graph (its fp32 embedding table stays float: Gather is not quantized)
-        # is past protobuf's 2 GB; share_weights then gathers every graph's data into one file
         nbits.quantize_nbits(src, dst, getattr(nbits, scheme_name), external=True)
     return quantize
 
@@ -98,4 +109,14 @@ def load(path: Path, threads: int) -> OnnxSignatureRunner:
     return OnnxSignatureRunner(Path(path), threads)
 
 
-GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load)
+def _prepare_fallback(artifact: Path, variant: str, threads: int):
+    from edgeport.targets.onnx.gen_fallback import prepare
+
+    return prepare(artifact, variant, threads, quantize_graphs)
+
+
+# --fallback float on text generation (:mod:`.gen_fallback`: int4 only, its candidates are simulated)
+FALLBACK = GenerativeFallback({"int4-block32": "int4 blocks of 32, symmetric (onnxruntime MatMulNBits, float compute)"},
+                              _prepare_fallback)
+GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load,
+                               float_fallback=FALLBACK)

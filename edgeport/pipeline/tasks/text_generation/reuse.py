@@ -66,7 +66,11 @@ def verdict_inputs(session) -> dict:
     generated per prompt."""
     from edgeport.pipeline.reuse import arrays_hash
 
-    return {"prompts": [list(map(int, p)) for p in session.prompts],
+    import dataclasses
+
+    policy = getattr(session, "fallback", None)   # a --fallback float verdict is not the plain row's
+    return {**({"fallback": dataclasses.asdict(policy)} if policy is not None and policy.mode else {}),
+            "prompts": [list(map(int, p)) for p in session.prompts],
             "reference_tokens": [list(map(int, g.tokens)) for g in session.reference],
             "reference_logits": arrays_hash([[g.logits] for g in session.reference]),
             "gen_tokens": session.layout.gen_tokens}

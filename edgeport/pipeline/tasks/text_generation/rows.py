@@ -110,8 +110,17 @@ def judge(row: Row, target, built: Built, session, staging: Path) -> None:
 
     if not reused_verdict(row, built.key, session, built.budget):
         row.apply(judge_any(target.generation(), row.variant, built.converted.artifact, session, built.budget))
-        keep_verdict(row, built.key, session, built.budget)
+        if not keep_groups_float(row, target, built, session, staging):   # --fallback float (:mod:`.fallback`)
+            keep_verdict(row, built.key, session, built.budget)
     release(session.weight_bytes)  # the runtime and its packed weights, before the next row is judged
+
+
+def keep_groups_float(row: Row, target, built: Built, session, staging: Path) -> bool:
+    """True when ``--fallback float`` rebuilt the row (its verdict is not the cached conversion's)."""
+    from edgeport.pipeline.tasks.text_generation import fallback
+
+    return fallback.applies(target, row, session, built.budget) and \
+        fallback.keep_groups_float(row, target, built, session, staging, judge_generative, tokenizer_files)
 
 
 def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:

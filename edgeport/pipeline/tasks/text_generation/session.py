@@ -31,7 +31,7 @@ def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: boo
     progress("PyTorch reference (generate)")
     with timed(timings, "reference"):
         session = start_session(exported, opts, real, data)
-    session.progress = progress
+    session.progress, session.fallback = progress, the_plan.fallback   # --fallback float (:mod:`.fallback`)
     params = int(sum(p.numel() for p in exported.model.parameters()))
     session.weight_bytes = 4 * params
     del loaded

@@ -1,0 +1,177 @@
+"""``--fallback float`` for ONNX text generation: the weight groups of the prefill/decode graphs that can stay
+float, the search's candidates, and the artifact rebuilt with the chosen groups float.
+
+Groups: every MatMul the variant quantizes names its weight in torch.onnx's record of the FX node it came from
+(``pkg.torch.onnx.fx_node``: ``aten.linear(%x, %p_..._model_layers_3_self_attn_q_proj_weight)``): the flat
+generation programs keep no module stack, but the parameter's name survives. Per decoder block the
+projections are grouped into its attention and its MLP (a block's q/k/v/o move together: keeping one of
+them float buys little), and every other weight (the lm_head) is its own group. The same parameter is one
+group in every graph (``prefill_<L>``, ``decode``): an app runs both, so a group is float in both.
+
+Candidates are simulated, not rebuilt: the artifact's own quantized weights (its ``MatMulNBits`` blocks,
+dequantized in numpy, the values its float-compute kernel multiplies with) replace the fp32 graphs' weights
+of the groups a candidate quantizes, through onnxruntime's ``SessionOptions.add_initializer``; no graph is
+written per candidate (a 135M model's graphs are 540 MB of fp32). ``dynamic-int8`` (``accuracy_level`` 4)
+also quantizes activations inside the kernel, which this cannot reproduce: only ``int4-block32`` is offered.
+The winner is built by the same function as the row (``quantize``: :func:`.generate.quantize_graphs`) and
+judged for real.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from edgeport.targets.onnx.signatures import OnnxSignatureRunner
+
+_WEIGHT = re.compile(r"aten\.linear\.default\]\(args = \(%[\w.]+, %(\w+)")
+_BLOCK = re.compile(r"^(?:p_)?(?:gm_)?(.*?layers)_(\d+)_(.+?)_weight$")
+_ATTENTION = ("attn", "attention")
+
+
+def group_of(placeholder: str) -> str:
+    """``p_gm_model_layers_3_self_attn_q_proj_weight`` -> ``model.layers.3.attention``; ``..._mlp_...`` ->
+    ``model.layers.3.mlp``; a weight outside the blocks -> its own name (``lm_head``; a tied head reads the
+    embedding table: ``lm_head (tied to model_embed_tokens)``)."""
+    block = _BLOCK.match(placeholder)
+    if block:
+        prefix, index, rest = block.groups()
+        kind = "attention" if any(a in rest for a in _ATTENTION) else "mlp"
+        return f"{prefix.replace('_', '.')}.{index}.{kind}"
+    name = re.sub(r"^(?:p_)?(?:gm_)?", "", placeholder).removesuffix("_weight")
+    return name if "lm_head" in name else f"lm_head (tied to {name})" if "embed" in name else name
+
+
+def graph_groups(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """{group: [(MatMul node, weight initializer)]} of one fp32 graph: the MatMuls with a constant 2-D
+    weight that torch.onnx made from an ``aten.linear`` (what the nbits quantizer quantizes)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    inits = {t.name: t for t in graph.initializer}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for node in graph.node:
+        if node.op_type != "MatMul" or len(node.input) < 2 or node.input[1] not in inits or len(inits[node.input[1]].dims) != 2:
+            continue
+        fx = {p.key: p.value for p in node.metadata_props}.get("pkg.torch.onnx.fx_node", "")
+        found = _WEIGHT.search(fx)
+        if found:
+            out.setdefault(group_of(found[1]), []).append((node.name, node.input[1]))
+    return out
+
+
+def dequantized(graph, folder: Path, seen: dict) -> dict[str, np.ndarray]:
+    """{MatMul node name it replaced: the (K, N) float32 weight} of every ``MatMulNBits`` node of a quantized
+    graph (symmetric: no zero points, the implicit one is 2^(bits-1)). ``seen``: arrays already unpacked, by
+    where their blocks are stored (the graphs share one weights file: prefill's and decode's weights are
+    unpacked once)."""
+    from onnx import helper, numpy_helper
+
+    from edgeport.targets.onnx.lazy_weights import inline_tensor
+
+    inits = {t.name: t for t in graph.initializer}
+    out = {}
+    for node in graph.node:
+        if node.op_type != "MatMulNBits" or len(node.input) > 3:
+            continue
+        packed, scale = inits[node.input[1]], inits[node.input[2]]
+        where = tuple((e.key, e.value) for t in (packed, scale) for e in t.external_data) or (packed.name, scale.name)
+        if where not in seen:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            blocks = numpy_helper.to_array(inline_tensor(packed, str(folder), copy=True))
+            scales = numpy_helper.to_array(inline_tensor(scale, str(folder), copy=True))
+            seen[where] = unpack(blocks, scales, attrs["bits"], attrs["K"], attrs["N"])
+        out[re.sub(r"_Q\d+$", "", node.name)] = seen[where]
+    return out
+
+
+def unpack(blocks: np.ndarray, scales: np.ndarray, bits: int, k: int, n: int) -> np.ndarray:
+    """MatMulNBits' packed ``(N, blocks, bytes)`` weights -> the (K, N) float32 matrix (low nibble first)."""
+    raw = blocks.reshape(n, -1).astype(np.int16)
+    values = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(n, -1) if bits == 4 else raw
+    block = values.shape[1] // scales.reshape(n, -1).shape[1]
+    dq = (values - (1 << (bits - 1))).astype(np.float32).reshape(n, -1, block) * scales.reshape(n, -1, 1)
+    return np.ascontiguousarray(dq.reshape(n, -1)[:, :k].T)
+
+
+class SimulatedRunner(OnnxSignatureRunner):
+    """The fp32 graphs with some weights replaced (``overrides``: graph -> {initializer: array})."""
+
+    def __init__(self, path: Path, threads: int, overrides: dict[str, dict[str, np.ndarray]]):
+        from edgeport.targets.signature import PerSignature, SignatureRunner
+
+        SignatureRunner.__init__(self, path, threads)
+        self.overrides, self.values, self.described = overrides, {}, {}
+        self.graphs = {g.stem: g for g in sorted(Path(path).glob("*.onnx"))}
+        # one session at a time: a candidate's fp32 weights, pre-packed, once (a search builds dozens)
+        self.one_session = True
+        self.session = PerSignature(self._build, True)
+        self.sessions = self.session.live
+
+    def close(self) -> None:
+        """Drop the sessions and their weights now (the runner is a cycle: gc would take them later)."""
+        self.session.live.clear()
+        self.values.clear()
+
+    def _build(self, name: str):
+        import onnxruntime as ort
+
+        from edgeport.targets.onnx.runtime import session_options
+        from edgeport.targets.onnx.signatures import _describe
+
+        options = session_options(self.threads)
+        self.values[name] = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in self.overrides.get(name, {}).items()}
+        for key, value in self.values[name].items():   # kept alive with the session
+            options.add_initializer(key, value)
+        session = ort.InferenceSession(str(self.graphs[name]), options, providers=["CPUExecutionProvider"])
+        self.described[name] = _describe(session)
+        return session
+
+
+class GroupQuantizer:
+    """One row's groups and candidates (:class:`edgeport.targets.base.GenerativeFallback`'s contract)."""
+
+    measured = "simulation"
+
+    def __init__(self, artifact: Path, variant: str, threads: int, quantize):
+        import onnx
+
+        self.artifact, self.variant, self.threads, self.quantize = Path(artifact), variant, threads, quantize
+        self.fp32 = self.artifact.parent / "generate_fp32"
+        if not self.fp32.is_dir():
+            raise FileNotFoundError("the fp32 graphs the row was quantized from are not beside it")
+        self.names = sorted(g.stem for g in self.fp32.glob("*.onnx"))
+        self.members = {name: graph_groups(self.fp32 / f"{name}.onnx") for name in self.names}
+        self.weights, seen = {}, {}
+        for name in self.names:
+            graph = onnx.load(str(self.artifact / f"{name}.onnx"), load_external_data=False).graph
+            self.weights[name] = dequantized(graph, self.artifact, seen)
+        self.groups = self._describe()
+
+    def _describe(self) -> dict[str, dict]:
+        first = self.members[self.names[0]]
+        order = sorted(first, key=lambda g: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", g)])
+        return {g: {"op": "linear", "matmuls": len(first[g]),
+                    "fp32_bytes": int(sum(4 * self.weights[self.names[0]][n].size for n, _w in first[g]
+                                          if n in self.weights[self.names[0]]))} for g in order}
+
+    def runner(self, quantized) -> SimulatedRunner:
+        """The fp32 graphs with only ``quantized`` groups' weights quantized (the artifact's values)."""
+        overrides = {name: {init: self.weights[name][node] for g in quantized for node, init in self.members[name].get(g, [])
+                            if node in self.weights[name]} for name in self.names}
+        return SimulatedRunner(self.fp32, self.threads, overrides)
+
+    def build(self, floats):
+        """The row's artifact again, with ``floats`` groups' MatMuls left float in every graph."""
+        keep = {name: [node for g in floats for node, _w in self.members[name].get(g, [])] for name in self.names}
+        return self.quantize(self.fp32, self.artifact, self.names, self.variant, keep)
+
+    def close(self) -> None:
+        self.weights = {}
+
+
+def prepare(artifact: Path, variant: str, threads: int, quantize) -> GroupQuantizer:
+    """``quantize``: the target's own (:func:`.generate.quantize_graphs`), the function ``convert`` uses."""
+    return GroupQuantizer(artifact, variant, threads, quantize)

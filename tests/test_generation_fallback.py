@@ -1,0 +1,86 @@
+"""``--fallback float`` on text generation (issue 37): a quantized row over its quality budget keeps the weight
+groups that cost the most KLD in float, is rebuilt and judged again on the same eval text. One tiny GGUF
+(random llama, 2 blocks: 5 groups) converted to ONNX int4-block32 with a mean-KLD budget its full int4 misses
+(0.00030 measured) and one float group meets (lm_head float: 0.00019)."""
+
+import numpy as np
+import pytest
+
+import tiny_gguf
+from conftest import read_report, run_cli
+from test_quality import TEXT
+
+BUDGET = 0.00025
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    root = tmp_path_factory.mktemp("genfallback")
+    model = tiny_gguf.write(root / "tiny.gguf")
+    (root / "text.txt").write_text(TEXT)
+    out = root / "out"
+    result = run_cli("convert", model, "-t", "onnx", "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
+                     "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", root / "text.txt",
+                     "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "100%",
+                     "--budget", f"onnx.int4-block32.kld_mean_max={BUDGET}", "--out", out, timeout=900)
+    return result, out, read_report(out)
+
+
+def test_row_over_budget_keeps_groups_float_and_passes_rebuilt(searched):
+    """Full int4 misses the budget; the rebuilt artifact (judged through onnxruntime on the same text) meets it,
+    lists its float groups in report.json, costs size, and its files are what the row names."""
+    result, out, report = searched
+    assert result.returncode == 0, result.stderr
+    row = next(r for r in report["targets"] if r["variant"] == "int4-block32")
+    q = row["quantization"]
+    assert row["status"] == "ok" and q["before"]["kld_mean"] > BUDGET >= row["quality"]["kld_mean"]
+    assert q["after"]["kld_mean"] == row["quality"]["kld_mean"]
+    floats = [layer["name"] for layer in q["float_layers"]]
+    assert floats and len(floats) < q["layers"] == 5 and all(layer["why"].startswith("--fallback float") for layer in q["float_layers"])
+    assert q["search"][0] == {**q["search"][0], "float_layers": 0, "measured": "artifact", "passed": False}
+    assert q["search"][-1] == {**q["search"][-1], "float_layers": len(floats), "measured": "artifact", "passed": True}
+    assert q["after"]["size_bytes"] == row["size_bytes"] > q["before"]["size_bytes"]
+    assert any(", ".join(floats) in note for note in row["notes"])
+    on_disk = sum((out / f["path"]).stat().st_size for f in row["files"])
+    assert on_disk == row["size_bytes"]
+    assert "Fallback search (float groups" in (out / "report.md").read_text()
+
+
+def test_simulation_matches_the_artifact_it_predicts(searched):
+    """The search's candidates run the artifact's own quantized weights in the fp32 graphs: its prediction of
+    the winner is the rebuilt artifact's measurement (within float rounding), not an estimate."""
+    _, _, report = searched
+    q = next(r for r in report["targets"] if r["variant"] == "int4-block32")["quantization"]
+    sim = [s for s in q["search"] if s["measured"] == "simulation" and s["float_layers"] == len(q["float_layers"])]
+    real = q["search"][-1]
+    assert sim and np.isclose(sim[-1]["kld_mean"], real["kld_mean"], rtol=1e-3)
+    ranked = [g["kld_mean"] for g in q["sensitive_layers"]]
+    assert ranked == sorted(ranked, reverse=True) and q["float_layers"][0]["name"] == q["sensitive_layers"][0]["name"]
+
+
+def test_fallback_needs_a_variant_that_can_keep_groups_float(tmp_path):
+    """dynamic-int8 quantizes activations inside ONNX's kernel (no simulation): --fallback float without a
+    variant it can search is exit 2, one line naming the ones it can."""
+    model = tiny_gguf.write(tmp_path / "tiny.gguf")
+    result = run_cli("convert", model, "-t", "onnx", "-q", "dynamic-int8", "--fallback", "float", "--out", tmp_path / "out")
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "onnx int4-block32" in line and "--fallback float" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_budget_no_allowed_search_meets_fails_and_says_how_far_it_got(tmp_path):
+    """A mean-KLD budget one float group cannot meet with --fallback-max 1: the row fails (exit 1), the
+    search's steps are in report.json and the error names the cap and the best it measured."""
+    model = tiny_gguf.write(tmp_path / "tiny.gguf")
+    (tmp_path / "text.txt").write_text(TEXT)
+    result = run_cli("convert", model, "-t", "onnx", "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
+                     "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", tmp_path / "text.txt",
+                     "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "1",
+                     "--budget", "onnx.int4-block32.kld_mean_max=1e-9", "--out", tmp_path / "out", timeout=900)
+    assert result.returncode == 1, result.stderr
+    row = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "int4-block32")
+    q = row["quantization"]
+    assert row["status"] == "failed" and "still over budget with up to 1 of 5 weight groups float" in row["error"], row["error"]
+    assert [s["float_layers"] for s in q["search"]] == [0, 1] and not any(s["passed"] for s in q["search"])
+    assert q["float_layers"] == [] and "after" not in q and row["size_bytes"] == q["before"]["size_bytes"]
