@@ -69,16 +69,21 @@ def test_fallback_needs_a_variant_that_can_keep_groups_float(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_budget_no_allowed_search_meets_fails_and_says_how_far_it_got(tmp_path):
+def test_a_budget_no_allowed_search_meets_fails_and_says_how_far_it_got(tmp_path, monkeypatch):
     """A mean-KLD budget one float group cannot meet with --fallback-max 1: the row fails (exit 1), the
-    search's steps are in report.json and the error names the cap and the best it measured."""
+    search's steps are in report.json and the error names the cap and the best it measured. The rows run in
+    worker processes (-j 2; the crash hook, which fires only in a worker, ends the fp32 row's): the policy
+    reaches a worker's rebuilt session."""
     model = tiny_gguf.write(tmp_path / "tiny.gguf")
     (tmp_path / "text.txt").write_text(TEXT)
-    result = run_cli("convert", model, "-t", "onnx", "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
-                     "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", tmp_path / "text.txt",
-                     "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "1",
-                     "--budget", "onnx.int4-block32.kld_mean_max=1e-9", "--out", tmp_path / "out", timeout=900)
+    monkeypatch.setenv("EDGEPORT_TEST_CRASH", f"onnx/fp32={tmp_path / 'attempts'}")
+    result = run_cli("convert", model, "-t", "onnx", "-q", "fp32", "-q", "int4-block32", "--prefill-len", "8",
+                     "--cache-len", "96", "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text",
+                     tmp_path / "text.txt", "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "1",
+                     "--budget", "onnx.int4-block32.kld_mean_max=1e-9", "-j", "2", "--out", tmp_path / "out", timeout=900)
     assert result.returncode == 1, result.stderr
+    fp32 = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "fp32")
+    assert "worker process exited" in fp32["error"], fp32
     row = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "int4-block32")
     q = row["quantization"]
     assert row["status"] == "failed" and "still over budget with up to 1 of 5 weight groups float" in row["error"], row["error"]

@@ -38,7 +38,7 @@ def applies(target, row, session, budget: dict) -> bool:
     misses its budget (a row failing only its task checks or tokens is not what float weights fix)."""
     from edgeport.pipeline.tasks.text_generation.quality import quality_failures
 
-    support, policy, quality = target.generation(), getattr(session, "fallback", None), row.details.get("quality")
+    support, policy, quality = target.generation(), session.fallback, row.details.get("quality")
     return bool(policy is not None and policy.mode == "float" and support is not None and quality
                 and support.can_keep_float(row.variant) and getattr(session, "quality", None) is not None
                 and quality_failures(quality, budget))

@@ -23,6 +23,8 @@ import numpy as np
 
 def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
     """The spec every row of this model shares; writes the arrays file beside the exported programs."""
+    import dataclasses
+
     from edgeport.pipeline.jobs import INPUTS_FILE, SCHEMA, judge_json
 
     arrays, samples = {}, []
@@ -45,6 +47,7 @@ def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
             "notes": list(session.notes), "weight_bytes": session.weight_bytes, "programs_id": session.programs_id(),
             "quality": _quality_fields(quality), "quality_note": session.quality_note,
             "checks": _checks_fields(session.checks, source),
+            "fallback": dataclasses.asdict(session.fallback) if session.fallback is not None else None,
             "cache": {"enabled": session.cache is not None, "root": cache_root, "reuse_verdict": session.reuse_verdict}}
 
 
@@ -59,6 +62,7 @@ def restore(spec: dict):
     from edgeport.pipeline.jobs import open_cache, restore_judge
     from edgeport.pipeline.tasks.text_generation.loop import Generation
     from edgeport.pipeline.tasks.text_generation.session import GenSession
+    from edgeport.quantize.policy import FallbackPolicy
 
     staging, work = Path(spec["staging"]), Path(spec["work_dir"])
     layout, programs = _programs(staging, spec)
@@ -71,7 +75,8 @@ def restore(spec: dict):
                       spec["target_options"], spec["data"], spec["origin"], reference_source=spec["reference_source"],
                       notes=list(spec["notes"]), eager_label=spec["eager_label"], cache=open_cache(spec["cache"]),
                       reuse_verdict=spec["cache"]["reuse_verdict"], weight_bytes=spec["weight_bytes"], quality=quality,
-                      quality_note=spec["quality_note"], checks=_checks(spec["checks"]), _programs_id=spec["programs_id"])
+                      quality_note=spec["quality_note"], checks=_checks(spec["checks"]), _programs_id=spec["programs_id"],
+                      fallback=FallbackPolicy(**spec["fallback"]) if spec["fallback"] else None)
 
 
 def _numpy(tensor) -> np.ndarray:

@@ -147,6 +147,7 @@ class GenSession:
     quality: object = None             # quality.QualityReference: PyTorch fp32 over the eval text (None: not measured)
     quality_note: str | None = None    # why there is no quality block
     checks: dict | None = None         # --checks with PyTorch's answers (checks.prepare_checks)
+    fallback: object = None            # quantize.policy.FallbackPolicy: --fallback float (:mod:`.fallback`)
     _programs_id: dict | None = None
 
     def programs_id(self) -> dict:
