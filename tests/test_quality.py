@@ -167,3 +167,22 @@ def test_manifest_carries_each_artifacts_quality_for_the_app_screens(converted):
         assert q["kld_mean"] == row["quality"]["kld_mean"] and q["top1_agreement"] == row["quality"]["top1_agreement"]
         assert q["checks"] == {"total": 2, "passed": 1, "reference_passed": 1}
         assert "kld_per_token" not in q
+
+
+def test_validate_judges_quantized_rows_on_real_text_too(converted, tmp_path):
+    """validate has no model: its quality reference is the exported programs teacher-forced over the default
+    text with DIR's tokenizer, so a quantized row is gated on KLD there as in convert (not on free-running
+    tokens, which an int4 row fails by design)."""
+    import shutil
+
+    _, out, _ = converted
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    result = run_cli("validate", copy, "--no-latency", "--budget", "onnx.dynamic-int8.kld_mean_max=1e-12")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = read_report(copy)
+    fp32, int8 = rows(report)["fp32"], rows(report)["dynamic-int8"]
+    assert fp32["status"] == "ok" and fp32["quality"]["kld_mean"] < 1e-6, fp32.get("quality")
+    assert fp32["quality"]["text"].startswith("Python's help topics") and "exported programs" in fp32["quality"]["reference"]
+    assert int8["status"] == "failed" and "mean KLD" in int8["error"], int8["error"]
+    assert "token_agreement_min" not in int8["parity"]["budget"]["gate"]

@@ -85,6 +85,7 @@ def reference_session(directory: Path, layout: Layout, judge, trust_pickle: bool
     from edgeport.pipeline.tasks.text_generation.judge import artifact_latency
     from edgeport.pipeline.tasks.text_generation.loop import greedy
     from edgeport.pipeline.tasks.text_generation.prompts import random_prompts, read_prompts
+    from edgeport.pipeline.tasks.text_generation.quality import programs_reference
     from edgeport.pipeline.tasks.text_generation.reference import ProgramRunner
     from edgeport.pipeline.tasks.text_generation.session import GenSession
     from edgeport.pipeline.plan import fixed_threads
@@ -101,10 +102,11 @@ def reference_session(directory: Path, layout: Layout, judge, trust_pickle: bool
     prompts = real + random_prompts(layout, judge.samples, judge.seed)
     reference = [greedy(runner, layout, p, layout.gen_tokens) for p in prompts]
     eager = artifact_latency(runner, layout, prompts[-1])[0] if judge.latency else None
+    quality, note = programs_reference(runner, layout, directory / "tokenizer")
     return GenSession(layout, programs, {}, prompts, reference, eager, judge, {}, data,
                       {"real": len(real), "random": len(prompts) - len(real)},
                       reference_source=f"the exported programs in {EXPORTED_DIR}/ (torch, greedy)",
-                      eager_label="exported programs (torch)")
+                      eager_label="exported programs (torch)", quality=quality, quality_note=note)
 
 
 def reference_from(directory: Path, judge, reading, progress) -> tuple:

@@ -111,7 +111,8 @@ def _programs(staging: Path, spec: dict) -> tuple:
 def _quality_fields(quality) -> dict | None:
     if quality is None:
         return None
-    return {"text": quality.text, "context": quality.context, "windows": [list(map(int, w)) for w in quality.windows]}
+    return {"text": quality.text, "context": quality.context, "windows": [list(map(int, w)) for w in quality.windows],
+            "reference": quality.reference}
 
 
 def _quality(arrays, fields: dict | None):
@@ -120,7 +121,7 @@ def _quality(arrays, fields: dict | None):
     if fields is None:
         return None
     logits = [np.array(arrays[f"q{i}"]) for i in range(len(fields["windows"]))]
-    return QualityReference(fields["text"], fields["context"], fields["windows"], logits)
+    return QualityReference(fields["text"], fields["context"], fields["windows"], logits, fields["reference"])
 
 
 def _checks_fields(prepared: dict | None, source) -> dict | None:

@@ -9,6 +9,8 @@ row against PyTorch fp32, judged as llama.cpp judges a quantization (:mod:`edgep
   the prefill's last position on is scored: W - P tokens per window, each with at least P tokens of context
   (llama.cpp scores the second half of each n_ctx chunk for the same reason), until ``--eval-tokens``.
 - Reference: the model in PyTorch fp32 on each whole window (one causal forward), at the same positions.
+  ``edgeport validate DIR`` has no model: its reference is the exported programs in ``DIR/exported/``
+  teacher-forced the same way (token-exact with the model), over the default text, with ``DIR/tokenizer/``.
 
 A model without a tokenizer that reads the default text (none, one that does not load, or one that makes too few
 tokens of it) gets no quality block and a note says why; with ``--eval-text`` the same is an error (exit 2).
@@ -36,6 +38,7 @@ class QualityReference:
     context: int                       # P: the prefill length each window starts with
     windows: list                      # token id lists, each at most the cache length
     logits: list = field(default_factory=list)   # per window (W - P, vocab) float32: PyTorch fp32's
+    reference: str = "PyTorch fp32 (the model's causal forward over each window)"
 
     @property
     def targets(self) -> np.ndarray:
@@ -43,7 +46,7 @@ class QualityReference:
 
     def block_info(self) -> dict:
         return {"text": self.text, "windows": len(self.windows), "context_tokens": self.context,
-                "reference": "PyTorch fp32 (the model's causal forward over each window)"}
+                "reference": self.reference}
 
 
 def default_text() -> str:
@@ -78,6 +81,28 @@ def prepare_reference(model, layout: Layout, tokenizer_dir: Path | None, eval_te
     """PyTorch fp32's logits over the eval text (None, with a note, when there is no tokenizer to read it)."""
     import torch
 
+    ref, note = eval_windows(layout, tokenizer_dir, eval_text, tokens)
+    if ref is None:
+        return None, note
+    with torch.no_grad():
+        for window in ref.windows:
+            logits = model(input_ids=torch.tensor([window]), use_cache=False).logits[0].float().numpy()
+            ref.logits.append(logits[ref.context - 1: len(window) - 1])
+    return ref, None
+
+
+def programs_reference(runner, layout: Layout, tokenizer_dir: Path, tokens: int = DEFAULT_EVAL_TOKENS):
+    """``validate DIR``'s reference over the default text: the exported programs (``runner``) teacher-forced
+    as the artifacts are, so a quantized row is judged on its distributions there as in ``convert``."""
+    ref, note = eval_windows(layout, tokenizer_dir, None, tokens)
+    if ref is not None:
+        ref.logits = [teacher_forced(runner, layout, w, ref.context) for w in ref.windows]
+        ref.reference = "the exported programs in exported/ (torch, teacher-forced)"
+    return ref, note
+
+
+def eval_windows(layout: Layout, tokenizer_dir: Path | None, eval_text: str | None, tokens: int):
+    """(QualityReference without logits, None), or (None, why not) when the text cannot be read."""
     from edgeport.pipeline.tasks.text_generation.prompts import load_tokenizer
 
     if tokenizer_dir is None or not tokenizer_dir.is_dir():
@@ -94,12 +119,7 @@ def prepare_reference(model, layout: Layout, tokenizer_dir: Path | None, eval_te
         if eval_text is not None:     # asked for: the user hears why not
             raise
         return None, f"no quality on real text: {exc}"
-    ref = QualityReference(name, context, windows)
-    with torch.no_grad():
-        for window in windows:
-            logits = model(input_ids=torch.tensor([window]), use_cache=False).logits[0].float().numpy()
-            ref.logits.append(logits[context - 1: len(window) - 1])
-    return ref, None
+    return QualityReference(name, context, windows), None
 
 
 def teacher_forced(runner, layout: Layout, window: list[int], context: int) -> np.ndarray:
