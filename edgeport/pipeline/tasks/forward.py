@@ -8,7 +8,7 @@ from pathlib import Path
 
 from edgeport.pipeline.row import (BuildFailed, Row, budget_after_rewrites, conversion_error, converter_to_blame,
                                    judge_artifact, localize, parity_sample_for, quantization_explains)
-from edgeport.pipeline.tasks import Built, RowJobs, Task
+from edgeport.pipeline.tasks import Built, RowJobs, Task, forward_jobs
 
 
 def build(row: Row, target, variant: str, session, out_dir: Path, budget: dict) -> Built:
@@ -76,23 +76,6 @@ def reference_from(directory: Path, judge_options, reading, progress) -> tuple:
     return forward_reference(directory, judge_options, reading, progress)
 
 
-def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
-    from edgeport.pipeline.tasks.forward_jobs import shared_spec as forward_spec
-
-    return forward_spec(session, staging, source, cache_root)
-
-
-def restore(spec: dict):
-    from edgeport.pipeline.tasks.forward_jobs import restore_session
-
-    return restore_session(spec)
-
-
-def plan_rows(session, rows: list) -> list[dict]:
-    from edgeport.pipeline.tasks.forward_jobs import plan_rows as forward_plans
-
-    return forward_plans(session, rows)
-
-
 TASK = Task("forward", prepare=prepare, build=build, judge=judge, manifest=manifest, owns_directory=owns_directory,
-            reference_from=reference_from, rejudge=rejudge, jobs=RowJobs(shared_spec, restore, plan_rows))
+            reference_from=reference_from, rejudge=rejudge, jobs=RowJobs(forward_jobs.shared_spec, forward_jobs.restore_session,
+                                                                       forward_jobs.plan_rows))

@@ -154,9 +154,9 @@ def decisive_margin(check: dict, generation, tokenizer) -> float:
     answer holds: how close PyTorch's own pass came to another answer."""
     import numpy as np
 
-    logits = np.asarray(generation.logits, np.float64)
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
+    from edgeport.validate.distribution import log_softmax
+
+    probs = np.exp(log_softmax(generation.logits))
     top2 = np.sort(probs, -1)[:, -2:]
     margins = top2[:, 1] - top2[:, 0]
     for k in range(1, len(generation.tokens) + 1):

@@ -25,12 +25,13 @@ def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
     """The spec every row of this model shares; writes the arrays file beside the exported programs."""
     import dataclasses
 
+    from edgeport.core.eager import to_numpy
     from edgeport.pipeline.jobs import INPUTS_FILE, SCHEMA, judge_json
 
     arrays, samples = {}, []
     for sig, feeds in session.samples.items():
         for name, tensor in feeds.items():
-            arrays[f"s{len(samples)}"] = _numpy(tensor)
+            arrays[f"s{len(samples)}"] = to_numpy(tensor)
             samples.append([sig, name, str(tensor.dtype).removeprefix("torch.")])
     for i, generation in enumerate(session.reference):
         arrays[f"r{i}"] = np.asarray(generation.logits, np.float32)
@@ -79,14 +80,8 @@ def restore(spec: dict):
                       fallback=FallbackPolicy(**spec["fallback"]) if spec["fallback"] else None)
 
 
-def _numpy(tensor) -> np.ndarray:
-    import torch
-
-    tensor = tensor.detach().cpu()
-    return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
-
-
 def _samples(arrays, entries: list) -> dict:
+    """Back to tensors with their shapes as they were (``core.eager.to_torch`` makes a 0-d scalar 1-d)."""
     import torch
 
     out: dict = {}
