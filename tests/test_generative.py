@@ -81,7 +81,7 @@ def test_signatures_and_manifest(llama):
     sample = gen["parity_sample"]["prompts"]
     assert len(sample) == PROMPTS and all(len(p["tokens"]) == NEW for p in sample)
     assert gen["tokenizer"] == "tokenizer" and (out / "tokenizer" / "tokenizer.json").is_file()
-    assert sorted(p.name for p in (out / "exported").iterdir()) == ["decode.pt2", "layout.json", "prefill_4.pt2", "prefill_8.pt2"]
+    assert sorted(p.name for p in (out / "exported").iterdir()) == ["decode.pt2", "eval_windows.json", "layout.json", "prefill_4.pt2", "prefill_8.pt2"]
     by_target = {a["target"]: a["signatures"] for a in gen["artifacts"]}
     litert_decode = {t["name"]: t for t in by_target["litert"]["decode"]["inputs"]}
     assert litert_decode["input_ids"]["dtype"] == "int32" and litert_decode["attention_mask"]["dtype"] == "bool"

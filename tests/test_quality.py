@@ -170,12 +170,13 @@ def test_manifest_carries_each_artifacts_quality_for_the_app_screens(converted):
 
 
 def test_validate_judges_quantized_rows_on_real_text_too(converted, tmp_path):
-    """validate has no model: its quality reference is the exported programs teacher-forced over the default
-    text with DIR's tokenizer, so a quantized row is gated on KLD there as in convert (not on free-running
-    tokens, which an int4 row fails by design)."""
+    """validate has no model: its quality reference is the exported programs teacher-forced over the token
+    windows convert scored (the user's --eval-text, saved in DIR/exported/), so a quantized row is gated on
+    KLD there as in convert (not on free-running tokens, which an int4 row fails by design) and on the same
+    text; --eval-text / --eval-tokens score afresh, and a tampered windows file is exit 2."""
     import shutil
 
-    _, out, _ = converted
+    _, out, before = converted
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     result = run_cli("validate", copy, "--no-latency", "--budget", "onnx.dynamic-int8.kld_mean_max=1e-12")
@@ -183,6 +184,20 @@ def test_validate_judges_quantized_rows_on_real_text_too(converted, tmp_path):
     report = read_report(copy)
     fp32, int8 = rows(report)["fp32"], rows(report)["dynamic-int8"]
     assert fp32["status"] == "ok" and fp32["quality"]["kld_mean"] < 1e-6, fp32.get("quality")
-    assert fp32["quality"]["text"].startswith("Python's help topics") and "exported programs" in fp32["quality"]["reference"]
+    assert fp32["quality"]["text"] == "text.txt" and "exported programs" in fp32["quality"]["reference"]
+    assert int8["quality"]["tokens"] == 40
+    assert int8["quality"]["kld_mean"] == pytest.approx(rows(before)["dynamic-int8"]["quality"]["kld_mean"], rel=1e-3, abs=1e-6)
     assert int8["status"] == "failed" and "mean KLD" in int8["error"], int8["error"]
     assert "token_agreement_min" not in int8["parity"]["budget"]["gate"]
+
+    result = run_cli("validate", copy, "--no-latency", "--eval-tokens", "24")
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    q = rows(read_report(copy))["fp32"]["quality"]
+    assert q["text"].startswith("Python's help topics") and q["tokens"] == 24
+
+    windows = copy / "exported" / "eval_windows.json"
+    data = json.loads(windows.read_text())
+    data["windows"][0][-1] = 10**9   # an id no vocabulary has
+    windows.write_text(json.dumps(data))
+    result = run_cli("validate", copy, "--no-latency")
+    assert result.returncode == 2 and "eval windows" in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -103,12 +103,15 @@ def validate(
     baseline: Optional[Path] = BASELINE_OPTION,
     trust_pickle: bool = TRUST_PICKLE_OPTION,
     decompositions: Optional[str] = DECOMPOSITIONS_OPTION,
+    eval_text: Optional[str] = typer.Option(None, "--eval-text", help="text-generation: score quality over this text (default: the windows convert scored)"),
+    eval_tokens: Optional[int] = EVAL_TOKENS_OPTION,
 ) -> None:
     """Re-run parity and latency on the artifacts in DIR (no conversion) and update its report."""
     from edgeport import api
 
     judge = api.JudgeOptions(threads=parse_threads(threads), samples=samples, seed=seed, data=data,
-                             latency=not no_latency, config=config, budgets=tuple(budget), baseline=baseline)
+                             latency=not no_latency, config=config, budgets=tuple(budget), baseline=baseline,
+                             eval_text=eval_text, eval_tokens=eval_tokens)
     result = with_progress(lambda progress: api.validate(directory, judge, junit, trust_pickle, progress,
                                                          decompositions=decompositions))
     finish(result)

@@ -27,6 +27,10 @@ class JudgeOptions:
     budgets: tuple[str, ...] = ()
     baseline: Path | None = None
     localize: bool = True
+    # validate, text generation: the quality text and tokens (default: the windows convert scored, saved in
+    # DIR/exported/; convert's own are GenerationOptions.eval_text / eval_tokens)
+    eval_text: str | None = None
+    eval_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ def validate(directory: Path, judge: JudgeOptions, junit: Path | None = None, tr
     if not task.owns_directory(directory):
         raise UsageError(f"{directory} has no exported.pt2: nothing to compare the artifacts against")
     check_own_files(directory, [RUN_LOG, *validate_writes(junit)])
+    check_quality_flags(judge, task)
     config, flags, baseline = rejudge_settings(judge, junit)
     reading = SourceOptions(model=str(directory), trust_pickle=trust_pickle, decompositions=decompositions)
     from edgeport.pipeline.stop import Watch, exit_code
@@ -65,6 +66,17 @@ def directory_policies(old_rows: list[dict], config: dict, flags: list, task) ->
     judged = [(r["target"], r["variant"]) for r in old_rows if r.get("artifact") and r["target"] in target_names()]
     return {**row_policies(keys, config, flags, task.generative, built=False),
             **row_policies(judged, config, flags, task.generative)}
+
+
+def check_quality_flags(judge: JudgeOptions, task) -> None:
+    """``--eval-text`` / ``--eval-tokens`` as ``convert`` checks them, and only where there is text to score."""
+    if judge.eval_text is None and judge.eval_tokens is None:
+        return
+    if not task.generative:
+        raise UsageError("--eval-text and --eval-tokens apply to a text-generation directory")
+    from edgeport.pipeline.tasks.text_generation.plan import GenerationOptions, check_quality_options
+
+    check_quality_options(GenerationOptions(eval_text=judge.eval_text, eval_tokens=judge.eval_tokens))
 
 
 def rejudge_all(old_rows: list[dict], task, session, directory: Path, policies: dict, watch) -> tuple:

@@ -47,7 +47,8 @@ def run_cost(options: dict, programs: list[dict], topologies: list, precision: s
     block = cost_block(rows, project_config(notes), generative, _base_batch(programs))
     block.update(batches=batches, sweep_compile_seconds=round(seconds, 3),
                  sweep=[{k: r.get(k) for k in ("program", "batch", "topology", "ok", "peak_bytes", "flops",
-                                               "bytes_accessed", "compiler_est_seconds", "compile_seconds", "reused")}
+                                               "bytes_accessed", "compiler_est_seconds", "compile_seconds", "reused",
+                                               "devices", "sharding", "hbm_bytes_per_device", "fits_hbm")}
                         for r in rows])
     page = out_dir / f"cost_{label}.html"
     write_page(block, page, label)

@@ -102,7 +102,7 @@ def reference_session(directory: Path, layout: Layout, judge, trust_pickle: bool
     prompts = real + random_prompts(layout, judge.samples, judge.seed)
     reference = [greedy(runner, layout, p, layout.gen_tokens) for p in prompts]
     eager = artifact_latency(runner, layout, prompts[-1])[0] if judge.latency else None
-    quality, note = programs_reference(runner, layout, directory / "tokenizer")
+    quality, note = programs_reference(runner, layout, directory, judge.eval_text, judge.eval_tokens)
     return GenSession(layout, programs, {}, prompts, reference, eager, judge, {}, data,
                       {"real": len(real), "random": len(prompts) - len(real)},
                       reference_source=f"the exported programs in {EXPORTED_DIR}/ (torch, greedy)",

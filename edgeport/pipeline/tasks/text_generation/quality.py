@@ -10,7 +10,8 @@ row against PyTorch fp32, judged as llama.cpp judges a quantization (:mod:`edgep
   (llama.cpp scores the second half of each n_ctx chunk for the same reason), until ``--eval-tokens``.
 - Reference: the model in PyTorch fp32 on each whole window (one causal forward), at the same positions.
   ``edgeport validate DIR`` has no model: its reference is the exported programs in ``DIR/exported/``
-  teacher-forced the same way (token-exact with the model), over the default text, with ``DIR/tokenizer/``.
+  teacher-forced the same way (token-exact with the model), over the token windows convert scored (saved
+  beside the programs), or over ``validate --eval-text`` / ``--eval-tokens`` with ``DIR/tokenizer/``.
 
 A model without a tokenizer that reads the default text (none, one that does not load, or one that makes too few
 tokens of it) gets no quality block and a note says why; with ``--eval-text`` the same is an error (exit 2).
@@ -91,14 +92,55 @@ def prepare_reference(model, layout: Layout, tokenizer_dir: Path | None, eval_te
     return ref, None
 
 
-def programs_reference(runner, layout: Layout, tokenizer_dir: Path, tokens: int = DEFAULT_EVAL_TOKENS):
-    """``validate DIR``'s reference over the default text: the exported programs (``runner``) teacher-forced
-    as the artifacts are, so a quantized row is judged on its distributions there as in ``convert``."""
-    ref, note = eval_windows(layout, tokenizer_dir, None, tokens)
+def programs_reference(runner, layout: Layout, directory: Path, eval_text: str | None = None,
+                       tokens: int | None = None):
+    """``validate DIR``'s reference: the exported programs (``runner``) teacher-forced as the artifacts are,
+    so a quantized row is judged on its distributions there as in ``convert``. Over the windows ``convert``
+    scored (saved in ``DIR/exported/``, so a row is re-judged on the user's ``--eval-text`` too), unless
+    ``validate`` names its own text or token count; the default text when DIR saved none."""
+    from edgeport.pipeline.tasks.text_generation.layout import EXPORTED_DIR
+
+    saved = saved_windows(directory / EXPORTED_DIR, layout) if eval_text is None and tokens is None else None
+    ref, note = (saved, None) if saved else eval_windows(layout, directory / "tokenizer", eval_text,
+                                                         tokens or DEFAULT_EVAL_TOKENS)
     if ref is not None:
         ref.logits = [teacher_forced(runner, layout, w, ref.context) for w in ref.windows]
         ref.reference = "the exported programs in exported/ (torch, teacher-forced)"
     return ref, note
+
+
+WINDOWS_FILE = "eval_windows.json"
+
+
+def save_windows(ref: QualityReference, folder: Path) -> None:
+    """The token windows ``convert`` scored, for ``validate`` to score again (ids only: no tokenizer, no text)."""
+    import json
+
+    (folder / WINDOWS_FILE).write_text(json.dumps({"text": ref.text, "context": ref.context, "windows": ref.windows}))
+
+
+def saved_windows(folder: Path, layout: Layout) -> QualityReference | None:
+    """:func:`save_windows`' reference read back, None when DIR has none. DIR is input: the file is checked
+    (size, ids in the vocabulary, windows that fit the cache and the context) and a bad one is exit 2."""
+    import json
+
+    path = folder / WINDOWS_FILE
+    if not path.is_file():
+        return None
+    bad = UsageError(f"{path} is not the eval windows edgeport writes")
+    if path.stat().st_size > 16 * MAX_EVAL_TOKENS * 8:
+        raise bad
+    try:
+        data = json.loads(path.read_text())
+        text, context, windows = str(data["text"])[:200], data["context"], data["windows"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise bad from None
+    fits = (type(context) is int and isinstance(windows, list) and 0 < len(windows) <= MAX_EVAL_TOKENS
+            and context in layout.prefill_lens)
+    if not fits or not all(isinstance(w, list) and context < len(w) <= layout.cache_len
+                           and all(type(t) is int and 0 <= t < layout.vocab_size for t in w) for w in windows):
+        raise bad
+    return QualityReference(text, context, windows)
 
 
 def eval_windows(layout: Layout, tokenizer_dir: Path | None, eval_text: str | None, tokens: int):

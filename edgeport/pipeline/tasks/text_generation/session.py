@@ -31,6 +31,11 @@ def prepare(staging: Path, opts, the_plan, progress, timings: dict, workers: boo
     progress("PyTorch reference (generate)")
     with timed(timings, "reference"):
         session = start_session(exported, opts, real, data)
+    if session.quality is not None:   # validate scores the same windows again (:func:`.quality.saved_windows`)
+        from edgeport.pipeline.tasks.text_generation.layout import EXPORTED_DIR
+        from edgeport.pipeline.tasks.text_generation.quality import save_windows
+
+        save_windows(session.quality, staging / EXPORTED_DIR)
     session.progress, session.fallback = progress, the_plan.fallback   # --fallback float (:mod:`.fallback`)
     params = int(sum(p.numel() for p in exported.model.parameters()))
     session.weight_bytes = 4 * params
