@@ -140,6 +140,8 @@ def saved_windows(folder: Path, layout: Layout) -> QualityReference | None:
     if not fits or not all(isinstance(w, list) and context < len(w) <= layout.cache_len
                            and all(type(t) is int and 0 <= t < layout.vocab_size for t in w) for w in windows):
         raise bad
+    if sum(len(w) - context for w in windows) > MAX_EVAL_TOKENS:   # what convert could have scored, at most
+        raise bad
     return QualityReference(text, context, windows)
 
 
