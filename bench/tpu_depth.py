@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -106,12 +107,19 @@ def main() -> None:
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
     full = SHAPES[args.shape]["num_hidden_layers"]
-    shallow, timings = {}, {}
+    saved = json.loads(args.json.read_text()) if args.json and args.json.is_file() else {}
+    shallow = {int(k): v for k, v in (saved.get("shallow") or {}).items()}   # a rerun keeps the depths it has
+    timings = {int(k): v for k, v in (saved.get("timings") or {}).items()}
     with tempfile.TemporaryDirectory(prefix="tpu-depth-") as tmp:
-        for layers in depths:
+        for layers in (d for d in depths if d not in shallow):
             shallow[layers], timings[layers], _params = compile_rows(args.shape, layers, Path(tmp), BATCHES, TOPOLOGIES,
                                                                      args.prefill_len, args.cache_len)
             print(f"== {layers} layers: TPU bf16 convert + sweep {timings[layers]:.0f} s", flush=True)
+            shutil.rmtree(Path(tmp) / f"{args.shape}_{layers}", ignore_errors=True)
+            shutil.rmtree(Path(tmp) / f"out_{layers}", ignore_errors=True)
+            if args.json:
+                args.json.write_text(json.dumps({"shallow": shallow, "timings": timings}, default=str))
+        shallow = {d: shallow[d] for d in depths}
         checked = []
         if args.check_depth:
             compiled, timings[args.check_depth], _p = compile_rows(args.shape, args.check_depth, Path(tmp), CHECK_BATCHES,
@@ -127,7 +135,8 @@ def main() -> None:
     print_block(f"{args.shape} bf16 (extrapolated in depth)", block)
     if args.json:
         args.json.write_text(json.dumps({"shape": args.shape, "depths": depths, "layers": full, "timings": timings,
-                                         "check": checked, "rows": rows, "block": block}, indent=1, default=str))
+                                         "check": checked, "shallow": shallow, "rows": rows, "block": block},
+                                        indent=1, default=str))
 
 
 if __name__ == "__main__":
