@@ -5,7 +5,8 @@ Groups: every MatMul the variant quantizes names its weight in torch.onnx's reco
 (``pkg.torch.onnx.fx_node``: ``aten.linear(%x, %p_..._model_layers_3_self_attn_q_proj_weight)``): the flat
 generation programs keep no module stack, but the parameter's name survives. Per decoder block the
 projections are grouped into its attention and its MLP (a block's q/k/v/o move together: keeping one of
-them float buys little), and every other weight (the lm_head) is its own group. The same parameter is one
+them float buys little), and every other weight (the lm_head) is its own group. A head tied to the embedding
+is one group for both uses: the quantized artifact stores the table once (:mod:`.tied_head`). The same parameter is one
 group in every graph (``prefill_<L>``, ``decode``): an app runs both, so a group is float in both.
 
 Candidates are simulated, not rebuilt: the artifact's own quantized weights (its ``MatMulNBits`` blocks,
@@ -44,21 +45,27 @@ def group_of(placeholder: str) -> str:
     return name if "lm_head" in name else f"lm_head (tied to {name})" if "embed" in name else name
 
 
-def graph_groups(path: Path) -> dict[str, list[tuple[str, str]]]:
-    """{group: [(MatMul node, weight initializer)]} of one fp32 graph: the MatMuls with a constant 2-D
-    weight that torch.onnx made from an ``aten.linear`` (what the nbits quantizer quantizes)."""
+def graph_groups(path: Path) -> dict[str, list[tuple[str, str, bool]]]:
+    """{group: [(MatMul node, weight initializer, transposed)]} of one fp32 graph: the MatMuls with a constant
+    2-D weight that torch.onnx made from an ``aten.linear`` (what the nbits quantizer quantizes), and a head
+    tied to the embedding, which reads the table through a Transpose (``transposed``: the initializer is the
+    (N, K) table, quantized once for the head and the embedding, :mod:`.tied_head`)."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
     inits = {t.name: t for t in graph.initializer}
-    out: dict[str, list[tuple[str, str]]] = {}
+    transposed = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Transpose" and n.input[0] in inits}
+    out: dict[str, list[tuple[str, str, bool]]] = {}
     for node in graph.node:
-        if node.op_type != "MatMul" or len(node.input) < 2 or node.input[1] not in inits or len(inits[node.input[1]].dims) != 2:
+        if node.op_type != "MatMul" or len(node.input) < 2:
+            continue
+        weight = node.input[1] if node.input[1] in inits else transposed.get(node.input[1])
+        if weight is None or len(inits[weight].dims) != 2:
             continue
         fx = {p.key: p.value for p in node.metadata_props}.get("pkg.torch.onnx.fx_node", "")
         found = _WEIGHT.search(fx)
         if found:
-            out.setdefault(group_of(found[1]), []).append((node.name, node.input[1]))
+            out.setdefault(group_of(found[1]), []).append((node.name, weight, weight != node.input[1]))
     return out
 
 
@@ -97,13 +104,16 @@ def unpack(blocks: np.ndarray, scales: np.ndarray, bits: int, k: int, n: int) ->
 
 
 class SimulatedRunner(OnnxSignatureRunner):
-    """The fp32 graphs with some weights replaced (``overrides``: graph -> {initializer: array})."""
+    """The fp32 graphs with some weights replaced (``overrides``: graph -> {initializer: array}). ``unfolded``:
+    graphs whose overrides include a tied head's table, built without constant folding: onnxruntime (1.32)
+    folds ``Transpose(table)`` from the graph's own table, not the one ``add_initializer`` gives (the head then
+    stayed fp32 while the embedding was quantized: 0.04 off the artifact's logits on a tiny model)."""
 
-    def __init__(self, path: Path, threads: int, overrides: dict[str, dict[str, np.ndarray]]):
+    def __init__(self, path: Path, threads: int, overrides: dict[str, dict[str, np.ndarray]], unfolded=()):
         from edgeport.targets.signature import PerSignature, SignatureRunner
 
         SignatureRunner.__init__(self, path, threads)
-        self.overrides, self.values, self.described = overrides, {}, {}
+        self.overrides, self.values, self.described, self.unfolded = overrides, {}, {}, set(unfolded)
         self.graphs = {g.stem: g for g in sorted(Path(path).glob("*.onnx"))}
         # one session at a time: a candidate's fp32 weights, pre-packed, once (a search builds dozens)
         self.one_session = True
@@ -125,7 +135,8 @@ class SimulatedRunner(OnnxSignatureRunner):
         self.values[name] = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in self.overrides.get(name, {}).items()}
         for key, value in self.values[name].items():   # kept alive with the session
             options.add_initializer(key, value)
-        session = ort.InferenceSession(str(self.graphs[name]), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(self.graphs[name]), options, providers=["CPUExecutionProvider"],
+                                       disabled_optimizers=["ConstantFolding"] if name in self.unfolded else None)
         self.described[name] = _describe(session)
         return session
 
@@ -148,24 +159,38 @@ class GroupQuantizer:
         for name in self.names:
             graph = onnx.load(str(self.artifact / f"{name}.onnx"), load_external_data=False).graph
             self.weights[name] = dequantized(graph, self.artifact, seen)
+        self._untranspose()
         self.groups = self._describe()
+
+    def _untranspose(self) -> None:
+        """A tied head's weight as the fp32 graphs hold it: the (vocab, hidden) table (its Gather reads it too)."""
+        done: dict[int, tuple] = {}   # id -> (the graphs' shared array, its transpose): transposed once
+        for name in self.names:
+            for node, _init, tied in (m for members in self.members[name].values() for m in members):
+                if tied and node in self.weights[name]:
+                    k_by_n = self.weights[name][node]
+                    if id(k_by_n) not in done:
+                        done[id(k_by_n)] = (k_by_n, np.ascontiguousarray(k_by_n.T))
+                    self.weights[name][node] = done[id(k_by_n)][1]
 
     def _describe(self) -> dict[str, dict]:
         first = self.members[self.names[0]]
         order = sorted(first, key=lambda g: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", g)])
         return {g: {"op": "linear", "matmuls": len(first[g]),
-                    "fp32_bytes": int(sum(4 * self.weights[self.names[0]][n].size for n, _w in first[g]
+                    "fp32_bytes": int(sum(4 * self.weights[self.names[0]][n].size for n, _w, _t in first[g]
                                           if n in self.weights[self.names[0]]))} for g in order}
 
     def runner(self, quantized) -> SimulatedRunner:
         """The fp32 graphs with only ``quantized`` groups' weights quantized (the artifact's values)."""
-        overrides = {name: {init: self.weights[name][node] for g in quantized for node, init in self.members[name].get(g, [])
-                            if node in self.weights[name]} for name in self.names}
-        return SimulatedRunner(self.fp32, self.threads, overrides)
+        chosen = {name: [m for g in quantized for m in self.members[name].get(g, []) if m[0] in self.weights[name]]
+                  for name in self.names}
+        overrides = {name: {init: self.weights[name][node] for node, init, _t in chosen[name]} for name in self.names}
+        unfolded = [name for name in self.names if any(tied for _n, _i, tied in chosen[name])]
+        return SimulatedRunner(self.fp32, self.threads, overrides, unfolded)
 
     def build(self, floats):
         """The row's artifact again, with ``floats`` groups' MatMuls left float in every graph."""
-        keep = {name: [node for g in floats for node, _w in self.members[name].get(g, [])] for name in self.names}
+        keep = {name: [node for g in floats for node, _w, _t in self.members[name].get(g, [])] for name in self.names}
         return self.quantize(self.fp32, self.artifact, self.names, self.variant, keep)
 
     def close(self) -> None:

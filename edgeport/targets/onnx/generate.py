@@ -58,7 +58,7 @@ def quantize_graphs(fp32: Path, out: Path, names: list[str], variant: str, keep_
     from edgeport.targets.onnx.target import describe
 
     for name in names:
-        # external data: a 1B model's graph (its fp32 embedding table stays float: Gather is not quantized)
+        # external data: a 1B model's graph (an untied embedding table stays float: Gather is not quantized)
         # is past protobuf's 2 GB; share_weights then gathers every graph's data into one file
         nbits.quantize_nbits(fp32 / f"{name}.onnx", out / f"{name}.onnx", getattr(nbits, SCHEMES[variant]),
                              nodes_to_exclude=(keep_float or {}).get(name, ()), external=True)

@@ -13,7 +13,9 @@ provider), for two variants:
 
 The weights of every MatMul with a constant 2-D weight (and of every Gemm, first rewritten as MatMul + Add)
 are quantized by ``onnxruntime.quantization.matmul_nbits_quantizer``'s ``DefaultWeightOnlyQuantizer`` (its
-math, its packing). Other ops (an embedding's Gather, norms) keep their fp32 weights.
+math, its packing). Other ops (an embedding's Gather, norms) keep their fp32 weights, except a table tied to the
+lm_head: the head (a MatMul on the table through a Transpose, which the quantizer alone skips) and the embedding
+read one quantized copy (:mod:`.tied_head`).
 
 Weights are read one at a time: the graph is loaded without its external data (``model.onnx.data`` of a
 large forward model, a generative graph's data), a weight is read into a temporary copy, quantized, and
@@ -77,35 +79,52 @@ def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclud
 
 
 def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_quantize):
-    """(model, nodes quantized): each eligible node's weight read, quantized and dropped in turn."""
-    import onnx
+    """(model, nodes quantized): each eligible node's weight read, quantized and dropped in turn. A head tied
+    to the embedding table is quantized once for both (:mod:`.tied_head`). ``quantizer``: one, or a function
+    node name -> the node's (:func:`quantize_nbits`' ``node_schemes``)."""
+    from edgeport.targets.onnx import tied_head
 
     graph = model.graph
     excluded, included = set(nodes_to_exclude), None if nodes_to_quantize is None else set(nodes_to_quantize)
     inits = {t.name: t for t in graph.initializer}
-    nodes, added, done = [], {}, 0
+    producers = {o: n for n in graph.node for o in n.output}
+    readers = tied_head.consumers(graph)
+    pick = quantizer if callable(quantizer) else (lambda _name: quantizer)
+    nodes, added, tied, done = [], {}, {}, 0
     for node in graph.node:
         wanted = node.name not in excluded and (included is None or node.name in included)
-        as_matmul = _as_matmul(node, inits, folder) if wanted else None
+        head = wanted and tied_head.tied_table(node, producers, readers, inits, pick(node.name).config.block_size)
+        as_matmul = (*tied_head.as_matmul(node, *head, folder), []) if head else \
+            _as_matmul(node, inits, folder) if wanted else None
         if as_matmul is None:
             nodes.append(node)
             continue
         matmul, weight, after = as_matmul
-        scratch = onnx.GraphProto(initializer=[weight])   # the one fp32 weight read in, dropped after
-        new = quantizer.quantize(matmul, [graph, scratch])
+        scratch = onnx_graph(weight)   # the one fp32 weight read in, dropped after
+        new = pick(node.name).quantize(matmul, [graph, scratch])
         if len(new) == 1 and new[0] is matmul:  # the quantizer left it (not a 2-D weight)
             nodes.append(node)
             continue
         done += 1
         nodes.extend([*new, *after])
+        if head and new[0].op_type == "MatMulNBits":
+            tied[id(head[0])] = (head[1].name, new[0])
         for tensor in scratch.initializer:
             if tensor.name != weight.name:
                 added.setdefault(tensor.name, tensor)  # a weight two MatMuls share: stored once
     del graph.node[:]
-    graph.node.extend(nodes)
+    graph.node.extend(n for n in nodes if id(n) not in tied)   # the tied heads' Transposes
     graph.initializer.extend(added.values())
+    for table, nbits_node in tied.values():
+        graph.initializer.extend(tied_head.gathers(graph, table, nbits_node))
     _drop_unused(graph)
     return model, done
+
+
+def onnx_graph(weight):
+    import onnx
+
+    return onnx.GraphProto(initializer=[weight])
 
 
 def _as_matmul(node, inits: dict, folder: str):
