@@ -145,11 +145,13 @@ class GroupQuantizer:
     """One row's groups and candidates (:class:`edgeport.targets.base.GenerativeFallback`'s contract)."""
 
     measured = "simulation"
+    kept_scheme = "int8 blocks of 32, symmetric (onnxruntime MatMulNBits bits=8, float compute)"
 
-    def __init__(self, artifact: Path, variant: str, threads: int, quantize):
+    def __init__(self, artifact: Path, variant: str, threads: int, quantize, keep: str = "float"):
         import onnx
 
         self.artifact, self.variant, self.threads, self.quantize = Path(artifact), variant, threads, quantize
+        self.keep, self.int8, self._tensors = keep, {}, {}
         self.fp32 = self.artifact.parent / "generate_fp32"
         if not self.fp32.is_dir():
             raise FileNotFoundError("the fp32 graphs the row was quantized from are not beside it")
@@ -180,23 +182,57 @@ class GroupQuantizer:
                     "fp32_bytes": int(sum(4 * self.weights[self.names[0]][n].size for n, _w, _t in first[g]
                                           if n in self.weights[self.names[0]]))} for g in order}
 
-    def runner(self, quantized) -> SimulatedRunner:
-        """The fp32 graphs with only ``quantized`` groups' weights quantized (the artifact's values)."""
+    def runner(self, quantized, kept=()) -> SimulatedRunner:
+        """The fp32 graphs with only ``quantized`` groups' weights quantized (the artifact's values); with
+        ``keep`` "int8", ``kept`` groups' weights at int8 (:meth:`int8_weight`), the other groups float."""
         chosen = {name: [m for g in quantized for m in self.members[name].get(g, []) if m[0] in self.weights[name]]
                   for name in self.names}
         overrides = {name: {init: self.weights[name][node] for node, init, _t in chosen[name]} for name in self.names}
+        for name in self.names if self.keep == "int8" else ():
+            for member in (m for g in kept for m in self.members[name].get(g, [])):
+                chosen[name].append(member)
+                overrides[name][member[1]] = self.int8_weight(name, *member[1:])
         unfolded = [name for name in self.names if any(tied for _n, _i, tied in chosen[name])]
         return SimulatedRunner(self.fp32, self.threads, overrides, unfolded)
 
+    def int8_weight(self, graph: str, init: str, tied: bool) -> np.ndarray:
+        """An fp32 graph's weight as ``--fallback int8``'s rebuild stores it (:data:`.nbits.INT8_KEEP`, the same
+        quantizer), dequantized; a tied head's table stays (vocab, hidden). Computed once per weight."""
+        from onnx import numpy_helper
+
+        from edgeport.targets.onnx.lazy_weights import inline_tensor
+        from edgeport.targets.onnx.nbits import INT8_KEEP, weight_quantizer
+
+        tensor = self.tensors(graph)[init]
+        where = tuple((e.key, e.value) for e in tensor.external_data) or (graph, init)
+        if where not in self.int8:
+            values = numpy_helper.to_array(inline_tensor(tensor, str(self.fp32), copy=True))
+            k_by_n = np.ascontiguousarray(values.T if tied else values)
+            packed, scales, _zero = weight_quantizer(INT8_KEEP).qbits_block_quant(k_by_n)
+            weight = unpack(packed, scales, 8, *k_by_n.shape)
+            self.int8[where] = np.ascontiguousarray(weight.T) if tied else weight
+        return self.int8[where]
+
+    def tensors(self, graph: str) -> dict:
+        """The fp32 graph's initializers (their data left outside), read once."""
+        import onnx
+
+        if graph not in self._tensors:
+            model = onnx.load(str(self.fp32 / f"{graph}.onnx"), load_external_data=False)
+            self._tensors[graph] = {t.name: t for t in model.graph.initializer}
+        return self._tensors[graph]
+
     def build(self, floats):
-        """The row's artifact again, with ``floats`` groups' MatMuls left float in every graph."""
+        """The row's artifact again, with ``floats`` groups' MatMuls left float in every graph (at int8 with
+        ``keep`` "int8")."""
         keep = {name: [node for g in floats for node, _w, _t in self.members[name].get(g, [])] for name in self.names}
-        return self.quantize(self.fp32, self.artifact, self.names, self.variant, keep)
+        return self.quantize(self.fp32, self.artifact, self.names, self.variant, keep, self.keep)
 
     def close(self) -> None:
-        self.weights = {}
+        self.weights, self.int8, self._tensors = {}, {}, {}
 
 
-def prepare(artifact: Path, variant: str, threads: int, quantize) -> GroupQuantizer:
-    """``quantize``: the target's own (:func:`.generate.quantize_graphs`), the function ``convert`` uses."""
-    return GroupQuantizer(artifact, variant, threads, quantize)
+def prepare(artifact: Path, variant: str, threads: int, quantize, keep: str = "float") -> GroupQuantizer:
+    """``quantize``: the target's own (:func:`.generate.quantize_graphs`), the function ``convert`` uses;
+    ``keep``: the precision of the groups the search keeps (``--fallback float|int8``)."""
+    return GroupQuantizer(artifact, variant, threads, quantize, keep)

@@ -34,18 +34,31 @@ INT4 = {"bits": 4, "block_size": 32, "symmetric": True, "op": "MatMulNBits",
         "compute": "float (accuracy_level unset: blocks dequantized in the kernel)"}
 INT8_BLOCKS = {"bits": 8, "block_size": 64, "symmetric": True, "op": "MatMulNBits", "accuracy_level": 4,
                "compute": "int8 (activations quantized at run time, per row and block)"}
+# the groups ``--fallback int8`` keeps in an int4-block32 row: int8 weights, the row's blocks, float compute (as
+# INT4: no activation quantization, so the search's simulation reproduces them; INT8_BLOCKS' cannot be)
+INT8_KEEP = {"bits": 8, "block_size": 32, "symmetric": True, "op": "MatMulNBits",
+             "compute": "float (accuracy_level unset: blocks dequantized in the kernel)"}
+
+
+def weight_quantizer(scheme: dict):
+    """onnxruntime's block-wise weight quantizer for ``scheme`` (MatMul weights)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
+
+    config = DefaultWeightOnlyQuantConfig(block_size=scheme["block_size"], is_symmetric=scheme["symmetric"],
+                                          accuracy_level=scheme.get("accuracy_level"), bits=scheme["bits"],
+                                          op_types_to_quantize=("MatMul",))
+    return DefaultWeightOnlyQuantizer(config)
 
 
 def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclude: Iterable[str] = (),
-                   nodes_to_quantize=None, external: bool | None = None) -> int:
+                   nodes_to_quantize=None, external: bool | None = None, node_schemes: dict | None = None) -> int:
     """Write ``dst``: ``src`` with its MatMul/Gemm weights in ``scheme``'s blocks. ``nodes_to_exclude`` /
-    ``nodes_to_quantize`` name the graph's MatMul/Gemm nodes (the float-fallback's layers). ``external``: save
-    the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). Returns how
+    ``nodes_to_quantize`` name the graph's MatMul/Gemm nodes (the float-fallback's layers); ``node_schemes``
+    ({node: scheme}) quantizes those nodes in another scheme (``--fallback int8``'s kept groups). ``external``:
+    save the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). Returns how
     many nodes became MatMulNBits."""
     import onnx
     from onnx.external_data_helper import uses_external_data
-    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                 DefaultWeightOnlyQuantizer)
 
     from edgeport.targets.onnx.lazy_weights import inline_tensor
 
@@ -53,10 +66,9 @@ def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclud
     graph, folder = model.graph, str(Path(src).parent)
     if external is None:
         external = any(uses_external_data(t) for t in graph.initializer)
-    config = DefaultWeightOnlyQuantConfig(block_size=scheme["block_size"], is_symmetric=scheme["symmetric"],
-                                          accuracy_level=scheme.get("accuracy_level"), bits=scheme["bits"],
-                                          op_types_to_quantize=("MatMul",))
-    quantizer = DefaultWeightOnlyQuantizer(config)
+    quantizer = weight_quantizer(scheme)
+    if node_schemes:
+        quantizer = _per_node(quantizer, node_schemes)
     log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
     level = log.level
     log.setLevel(logging.WARNING)   # it logs two INFO lines per node on its own handler
@@ -76,6 +88,14 @@ def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclud
     else:
         onnx.save(model, str(dst))
     return done
+
+
+def _per_node(default, node_schemes: dict):
+    """node name -> its quantizer: ``node_schemes``' scheme for the nodes it names, else ``default``."""
+    built = {}
+    for scheme in node_schemes.values():
+        built.setdefault(id(scheme), weight_quantizer(scheme))
+    return lambda name: built[id(node_schemes[name])] if name in node_schemes else default
 
 
 def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_quantize):
