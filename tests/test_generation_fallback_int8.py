@@ -46,6 +46,7 @@ def test_kept_groups_are_int8_nodes_and_the_row_says_so(searched):
     assert kept and all(layer["precision"] == "int8" and layer["why"].startswith("--fallback int8")
                         for layer in q["float_layers"])
     assert any(f"--fallback int8 kept {len(kept)} of 5 weight groups at int8" in note for note in row["notes"])
+    assert f"| {len(kept)} at int8 |" in (out / "report.md").read_text()
     folder = out / row["artifact"]
     for path in sorted((out / "onnx" / "generate_fp32").glob("*.onnx")):
         groups = graph_groups(path)
