@@ -191,7 +191,7 @@ def _conclude(row, record: dict, rebuilt: bool, before: dict, cap: int, mode: st
                  f"{record['after']['kld_mean']:.4g}, size x{record['size_vs_full_int8']})")
         return
     best = min((s for s in record["search"] if s["float_layers"]), key=lambda s: s["kld_mean"], default=None)
-    tried = f"; best mean KLD {best['kld_mean']:.4g} with {best['float_layers']} float ({best['measured']})" if best else ""
+    tried = f"; best mean KLD {best['kld_mean']:.4g} with {best['float_layers']} {mode} ({best['measured']})" if best else ""
     row.status = "failed"
     row.error = (f"{row.error or 'quality budget missed'}; --fallback {mode}: still over budget with up to {cap} of "
                  f"{record['layers']} weight groups {mode} (--fallback-max){tried}; raise --fallback-max or relax the budget")
