@@ -19,8 +19,9 @@ an LLM's yardstick is the distribution over real text):
 the kept groups at int8 instead of float: candidates simulate them at int8, the rebuild stores them at int8 (a
 fraction of float's size). Sensitivity is the same either way (each group alone, the rest float).
 
-The row's ``quantization`` block records the groups kept (key ``float_layers``; each says its ``precision``), the most sensitive groups (KLD alone), the
-search curve (float groups -> mean/p99 KLD, top-1, measured on), and before/after (quality and size).
+The row's ``quantization`` block records the groups kept (key ``float_layers``, each with its ``precision``;
+``keep`` and, for int8, ``kept_scheme``), the most sensitive groups (KLD alone), the search curve (kept groups ->
+mean/p99 KLD, top-1, measured on), and before/after (quality and size).
 """
 
 from __future__ import annotations
