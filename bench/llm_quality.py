@@ -7,6 +7,7 @@ the same run.
     python bench/llm_quality.py -t onnx -q dynamic-int8            # one target per run keeps it short
     python bench/llm_quality.py -t litert -q dynamic-int8 -q int4-block32 --eval-tokens 256
     python bench/llm_quality.py -t onnx -q int4-block32 --fallback   # the precision search (--fallback float)
+    python bench/llm_quality.py -t onnx -q int4-block32 --fallback int8   # the kept groups at int8
 
 Writes DIR/report.json (default /tmp/edgeport-llm-quality-<target>) and prints one line per row.
 """
@@ -31,8 +32,9 @@ def main() -> int:
     ap.add_argument("--eval-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--latency", action="store_true", help="also time prefill/decode (slower)")
-    ap.add_argument("--fallback", action="store_true", help="--fallback float: a row over its quality budget keeps "
-                    "its most KLD-sensitive weight groups float, rebuilt and judged again")
+    ap.add_argument("--fallback", nargs="?", const="float", choices=("float", "int8"), help="--fallback float "
+                    "(the default) or int8: a row over its quality budget keeps "
+                    "its most KLD-sensitive weight groups at that precision, rebuilt and judged again")
     ap.add_argument("--fallback-max", help="as convert's --fallback-max (default 25%% of the groups)")
     args = ap.parse_args()
     # found, not imported: the package's __init__ is an llm plugin (imports llm, not installed here)
@@ -42,7 +44,7 @@ def main() -> int:
            *[a for q in args.quantize for a in ("-q", q)], "--prefill-len", "32", "--cache-len", "128",
            "--gen-tokens", "8", "--samples", "2", "--eval-tokens", str(args.eval_tokens),
            "--checks", str(HERE / "llm_checks.json"), "--no-cache", "--force", "--out", str(out),
-           *([] if args.latency else ["--no-latency"]), *(["--fallback", "float"] if args.fallback else []),
+           *([] if args.latency else ["--no-latency"]), *(["--fallback", args.fallback] if args.fallback else []),
            *(["--fallback-max", args.fallback_max] if args.fallback_max else [])]
     print(" ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
@@ -76,7 +78,7 @@ def print_search(record: dict) -> None:
     if record.get("metric") != "kld":
         return
     before, after = record["before"], record.get("after") or {}
-    print(f"    fallback: {len(record['float_layers'])} of {record['layers']} groups float "
+    print(f"    fallback: {len(record['float_layers'])} of {record['layers']} groups {record.get('keep', 'float')} "
           f"({', '.join(g['name'] for g in record['float_layers']) or 'none'}); search {record['seconds']:.0f} s")
     for label, m in (("before", before), ("after", after)):
         if m:

@@ -127,22 +127,26 @@ def not_offered_rows(targets: list, quantize) -> list[tuple[object, str, str]]:
 
 
 def check_fallback(opts: ConvertOptions, rows: list, generative: bool = False) -> FallbackPolicy:
-    """``--fallback`` needs a requested variant whose layers can stay float; ``--fallback-max`` a sane cap."""
+    """``--fallback`` needs a requested variant whose layers can be kept at its precision (float; int8 for
+    text-generation variants that declare it); ``--fallback-max`` a sane cap."""
     from edgeport.quantize.policy import parse_policy
 
     policy = parse_policy(opts.fallback, opts.fallback_max)
-    keeps = generative_keeps_float if generative else (lambda t, v: t.can_keep_float(v))
-    if policy.mode and not any(keeps(t, v) for t, v in rows):
+    mode = policy.mode
+    keeps = (lambda t, v: generative_keeps_float(t, v, mode)) if generative else \
+        (lambda t, v: mode == "float" and t.can_keep_float(v))
+    if mode and not any(keeps(t, v) for t, v in rows):
         able = sorted({f"{t.name} {v}" for t in requested_targets(opts.targets) for v in t.every_variant if keeps(t, v)})
-        raise UsageError(f"--fallback {policy.mode} needs a quantized variant that can keep layers float "
+        kept = "float" if mode == "float" else f"at {mode} (text generation)"
+        raise UsageError(f"--fallback {mode} needs a quantized variant that can keep layers {kept} "
                          f"(requested: {', '.join(opts.quantize) or 'none'}; possible: {', '.join(able) or 'none'})")
     return policy
 
 
-def generative_keeps_float(target, variant: str) -> bool:
-    """A text-generation variant whose weight groups can stay float (``GenerativeSupport.float_fallback``)."""
+def generative_keeps_float(target, variant: str, mode: str = "float") -> bool:
+    """A text-generation variant whose weight groups can be kept at ``mode`` (``GenerativeSupport.float_fallback``)."""
     support = target.generation()
-    return support is not None and support.can_keep_float(variant)
+    return support is not None and support.can_keep_float(variant, mode)
 
 
 def check_dynamic(dynamic) -> None:

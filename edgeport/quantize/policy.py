@@ -7,14 +7,15 @@ from dataclasses import dataclass
 
 from edgeport.errors import UsageError
 
-MODES = ("float",)
+MODES = ("float", "int8")   # int8: text generation only (GenerativeFallback.keeps)
 DEFAULT_MAX = "25%"
 
 
 @dataclass(frozen=True)
 class FallbackPolicy:
     """What a quantized row that misses its budget may do. ``mode`` None: it fails, naming its most sensitive
-    layers; "float": the most sensitive layers stay float until it passes or ``cap`` layers are float."""
+    layers; "float": the most sensitive layers stay float until it passes or ``cap`` layers are float; "int8":
+    the same search, the kept layers at int8 (a target's text-generation variants that declare it)."""
 
     mode: str | None = None
     share: float | None = 0.25       # of the quantizable layers, or
@@ -32,7 +33,7 @@ def parse_policy(mode: str | None, max_text: str | None) -> FallbackPolicy:
     if mode is not None and mode not in MODES:
         raise UsageError(f"--fallback {mode!r}: expected one of {', '.join(MODES)}")
     if max_text is not None and mode is None:
-        raise UsageError("--fallback-max needs --fallback float")
+        raise UsageError("--fallback-max needs --fallback float (or int8)")
     text = (max_text or DEFAULT_MAX).strip()
     try:
         if text.endswith("%"):

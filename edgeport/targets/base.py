@@ -139,10 +139,16 @@ class GenerativeFallback:
     ``measured`` (how a candidate is run: "simulation" when its quantized weights are put back into the fp32
     graphs), ``runner(quantized)`` (a SignatureRunner with only those groups quantized), ``build(floats)``
     (the real artifact with those groups float, written where the row's was; returns Converted) and
-    ``close()``. The search lives in :mod:`edgeport.pipeline.tasks.text_generation.fallback`."""
+    ``close()``. The search lives in :mod:`edgeport.pipeline.tasks.text_generation.fallback`.
+
+    ``keeps``: the precisions a kept group may have (``--fallback float|int8``). For a mode other than
+    "float", ``prepare`` gets ``keep=<mode>``, ``runner(quantized, kept=[...])`` runs the kept groups at that
+    precision (the others not named stay float: a group's sensitivity is measured alone) and ``build(kept)``
+    keeps them at it; the object says how in ``kept_scheme``."""
 
     variants: dict[str, str] = field(hash=False)   # variant -> its quantization scheme, as the report states it
-    prepare: Callable[[Path, str, int], Any]
+    prepare: Callable[..., Any]
+    keeps: tuple[str, ...] = ("float",)
 
 
 @dataclass(frozen=True)
@@ -166,8 +172,10 @@ class GenerativeSupport:
     # quantized variants that can keep weight groups in float (``--fallback float`` on text generation)
     float_fallback: "GenerativeFallback | None" = None
 
-    def can_keep_float(self, variant: str) -> bool:
-        return self.float_fallback is not None and variant in self.float_fallback.variants
+    def can_keep_float(self, variant: str, mode: str = "float") -> bool:
+        """``variant``'s weight groups can be kept at ``mode`` (``--fallback float|int8``)."""
+        return self.float_fallback is not None and variant in self.float_fallback.variants and \
+            mode in self.float_fallback.keeps
 
     def bundle(self, variant: str) -> BundleSupport | None:
         return next((b for b in self.bundles if b.variant == variant), None)

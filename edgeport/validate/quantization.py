@@ -57,7 +57,8 @@ def kld_sections(report: dict) -> list:
     sensitive = [[label, g["name"], str(g.get("matmuls", "–")), _fmt(g["kld_mean"], ".4g"), _fmt(g["kld_p99"], ".4g"),
                   _fmt(100 * g["top1_agreement"], ".1f")]
                  for label, q in _rows_with(report, "sensitive_layers") if _kld(q) for g in q["sensitive_layers"]]
-    steps = [[label, str(s["float_layers"]), _fmt(s["kld_mean"], ".4g"), _fmt(s["kld_p99"], ".4g"),
+    kept = lambda q: "" if q.get("keep", "float") == "float" else f" at {q['keep']}"  # noqa: E731  (--fallback int8)
+    steps = [[label, f"{s['float_layers']}{kept(q)}", _fmt(s["kld_mean"], ".4g"), _fmt(s["kld_p99"], ".4g"),
               _fmt(None if s["top1_agreement"] is None else 100 * s["top1_agreement"], ".1f"),
               "yes" if s["passed"] else "no", s.get("measured") or "–"]
              for label, q in _rows_with(report, "search") if _kld(q) for s in q["search"]]

@@ -50,21 +50,26 @@ def convert(job: GenerativeJob) -> Converted:
     return quantize_graphs(fp32, out, list(job.programs), job.variant)
 
 
-def quantize_graphs(fp32: Path, out: Path, names: list[str], variant: str, keep_float: dict | None = None) -> Converted:
+def quantize_graphs(fp32: Path, out: Path, names: list[str], variant: str, keep_float: dict | None = None,
+                    keep_as: str = "float") -> Converted:
     """``out``: each fp32 graph quantized in ``variant``'s scheme, weights shared; ``keep_float`` (graph ->
-    MatMul node names) leaves those nodes float (``--fallback float``, :mod:`.gen_fallback`)."""
+    MatMul node names) leaves those nodes float (``--fallback float``, :mod:`.gen_fallback`), or quantizes
+    them in int8 blocks (``keep_as`` "int8": ``--fallback int8``, :data:`.nbits.INT8_KEEP`)."""
     from edgeport.targets.onnx import nbits
     from edgeport.targets.onnx.shared_weights import share_weights
     from edgeport.targets.onnx.target import describe
 
     for name in names:
-        # external data: a 1B model's graph (its fp32 embedding table stays float: Gather is not quantized)
+        kept = (keep_float or {}).get(name, ())
+        # external data: a 1B model's graph (an untied embedding table stays float: Gather is not quantized)
         # is past protobuf's 2 GB; share_weights then gathers every graph's data into one file
         nbits.quantize_nbits(fp32 / f"{name}.onnx", out / f"{name}.onnx", getattr(nbits, SCHEMES[variant]),
-                             nodes_to_exclude=(keep_float or {}).get(name, ()), external=True)
+                             nodes_to_exclude=kept if keep_as == "float" else (), external=True,
+                             node_schemes=dict.fromkeys(kept, nbits.INT8_KEEP) if keep_as == "int8" else None)
     shared = share_weights([out / f"{n}.onnx" for n in names])
+    kept_scheme = {"kept_int8": nbits.INT8_KEEP} if keep_as == "int8" and keep_float else {}
     return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in names},
-                           **scheme_details(variant), "shared_weights": shared})
+                           **scheme_details(variant), **kept_scheme, "shared_weights": shared})
 
 
 def _export(program, sample: dict, path: Path) -> None:
@@ -109,14 +114,14 @@ def load(path: Path, threads: int) -> OnnxSignatureRunner:
     return OnnxSignatureRunner(Path(path), threads)
 
 
-def _prepare_fallback(artifact: Path, variant: str, threads: int):
+def _prepare_fallback(artifact: Path, variant: str, threads: int, keep: str = "float"):
     from edgeport.targets.onnx.gen_fallback import prepare
 
-    return prepare(artifact, variant, threads, quantize_graphs)
+    return prepare(artifact, variant, threads, quantize_graphs, keep)
 
 
-# --fallback float on text generation (:mod:`.gen_fallback`: int4 only, its candidates are simulated)
+# --fallback float|int8 on text generation (:mod:`.gen_fallback`: int4 only, its candidates are simulated)
 FALLBACK = GenerativeFallback({"int4-block32": "int4 blocks of 32, symmetric (onnxruntime MatMulNBits, float compute)"},
-                              _prepare_fallback)
+                              _prepare_fallback, keeps=("float", "int8"))
 GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load,
                                float_fallback=FALLBACK)

@@ -13,7 +13,9 @@ provider), for two variants:
 
 The weights of every MatMul with a constant 2-D weight (and of every Gemm, first rewritten as MatMul + Add)
 are quantized by ``onnxruntime.quantization.matmul_nbits_quantizer``'s ``DefaultWeightOnlyQuantizer`` (its
-math, its packing). Other ops (an embedding's Gather, norms) keep their fp32 weights.
+math, its packing). Other ops (an embedding's Gather, norms) keep their fp32 weights, except a table tied to the
+lm_head: the head (a MatMul on the table through a Transpose, which the quantizer alone skips) and the embedding
+read one quantized copy (:mod:`.tied_head`).
 
 Weights are read one at a time: the graph is loaded without its external data (``model.onnx.data`` of a
 large forward model, a generative graph's data), a weight is read into a temporary copy, quantized, and
@@ -32,18 +34,31 @@ INT4 = {"bits": 4, "block_size": 32, "symmetric": True, "op": "MatMulNBits",
         "compute": "float (accuracy_level unset: blocks dequantized in the kernel)"}
 INT8_BLOCKS = {"bits": 8, "block_size": 64, "symmetric": True, "op": "MatMulNBits", "accuracy_level": 4,
                "compute": "int8 (activations quantized at run time, per row and block)"}
+# the groups ``--fallback int8`` keeps in an int4-block32 row: int8 weights, the row's blocks, float compute (as
+# INT4: no activation quantization, so the search's simulation reproduces them; INT8_BLOCKS' cannot be)
+INT8_KEEP = {"bits": 8, "block_size": 32, "symmetric": True, "op": "MatMulNBits",
+             "compute": "float (accuracy_level unset: blocks dequantized in the kernel)"}
+
+
+def weight_quantizer(scheme: dict):
+    """onnxruntime's block-wise weight quantizer for ``scheme`` (MatMul weights)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
+
+    config = DefaultWeightOnlyQuantConfig(block_size=scheme["block_size"], is_symmetric=scheme["symmetric"],
+                                          accuracy_level=scheme.get("accuracy_level"), bits=scheme["bits"],
+                                          op_types_to_quantize=("MatMul",))
+    return DefaultWeightOnlyQuantizer(config)
 
 
 def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclude: Iterable[str] = (),
-                   nodes_to_quantize=None, external: bool | None = None) -> int:
+                   nodes_to_quantize=None, external: bool | None = None, node_schemes: dict | None = None) -> int:
     """Write ``dst``: ``src`` with its MatMul/Gemm weights in ``scheme``'s blocks. ``nodes_to_exclude`` /
-    ``nodes_to_quantize`` name the graph's MatMul/Gemm nodes (the float-fallback's layers). ``external``: save
-    the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). Returns how
+    ``nodes_to_quantize`` name the graph's MatMul/Gemm nodes (the float-fallback's layers); ``node_schemes``
+    ({node: scheme}) quantizes those nodes in another scheme (``--fallback int8``'s kept groups). ``external``:
+    save the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). Returns how
     many nodes became MatMulNBits."""
     import onnx
     from onnx.external_data_helper import uses_external_data
-    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                 DefaultWeightOnlyQuantizer)
 
     from edgeport.targets.onnx.lazy_weights import inline_tensor
 
@@ -51,10 +66,9 @@ def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclud
     graph, folder = model.graph, str(Path(src).parent)
     if external is None:
         external = any(uses_external_data(t) for t in graph.initializer)
-    config = DefaultWeightOnlyQuantConfig(block_size=scheme["block_size"], is_symmetric=scheme["symmetric"],
-                                          accuracy_level=scheme.get("accuracy_level"), bits=scheme["bits"],
-                                          op_types_to_quantize=("MatMul",))
-    quantizer = DefaultWeightOnlyQuantizer(config)
+    quantizer = weight_quantizer(scheme)
+    if node_schemes:
+        quantizer = _per_node(quantizer, node_schemes)
     log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
     level = log.level
     log.setLevel(logging.WARNING)   # it logs two INFO lines per node on its own handler
@@ -76,36 +90,61 @@ def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclud
     return done
 
 
+def _per_node(default, node_schemes: dict):
+    """node name -> its quantizer: ``node_schemes``' scheme for the nodes it names, else ``default``."""
+    built = {}
+    for scheme in node_schemes.values():
+        built.setdefault(id(scheme), weight_quantizer(scheme))
+    return lambda name: built[id(node_schemes[name])] if name in node_schemes else default
+
+
 def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_quantize):
-    """(model, nodes quantized): each eligible node's weight read, quantized and dropped in turn."""
-    import onnx
+    """(model, nodes quantized): each eligible node's weight read, quantized and dropped in turn. A head tied
+    to the embedding table is quantized once for both (:mod:`.tied_head`). ``quantizer``: one, or a function
+    node name -> the node's (:func:`quantize_nbits`' ``node_schemes``)."""
+    from edgeport.targets.onnx import tied_head
 
     graph = model.graph
     excluded, included = set(nodes_to_exclude), None if nodes_to_quantize is None else set(nodes_to_quantize)
     inits = {t.name: t for t in graph.initializer}
-    nodes, added, done = [], {}, 0
+    producers = {o: n for n in graph.node for o in n.output}
+    readers = tied_head.consumers(graph)
+    pick = quantizer if callable(quantizer) else (lambda _name: quantizer)
+    nodes, added, tied, done = [], {}, {}, 0
     for node in graph.node:
         wanted = node.name not in excluded and (included is None or node.name in included)
-        as_matmul = _as_matmul(node, inits, folder) if wanted else None
+        head = wanted and tied_head.tied_table(node, producers, readers, inits, pick(node.name).config.block_size)
+        as_matmul = (*tied_head.as_matmul(node, *head, folder), []) if head else \
+            _as_matmul(node, inits, folder) if wanted else None
         if as_matmul is None:
             nodes.append(node)
             continue
         matmul, weight, after = as_matmul
-        scratch = onnx.GraphProto(initializer=[weight])   # the one fp32 weight read in, dropped after
-        new = quantizer.quantize(matmul, [graph, scratch])
+        scratch = onnx_graph(weight)   # the one fp32 weight read in, dropped after
+        new = pick(node.name).quantize(matmul, [graph, scratch])
         if len(new) == 1 and new[0] is matmul:  # the quantizer left it (not a 2-D weight)
             nodes.append(node)
             continue
         done += 1
         nodes.extend([*new, *after])
+        if head and new[0].op_type == "MatMulNBits":
+            tied[id(head[0])] = (head[1].name, new[0])
         for tensor in scratch.initializer:
             if tensor.name != weight.name:
                 added.setdefault(tensor.name, tensor)  # a weight two MatMuls share: stored once
     del graph.node[:]
-    graph.node.extend(nodes)
+    graph.node.extend(n for n in nodes if id(n) not in tied)   # the tied heads' Transposes
     graph.initializer.extend(added.values())
+    for table, nbits_node in tied.values():
+        graph.initializer.extend(tied_head.gathers(graph, table, nbits_node))
     _drop_unused(graph)
     return model, done
+
+
+def onnx_graph(weight):
+    import onnx
+
+    return onnx.GraphProto(initializer=[weight])
 
 
 def _as_matmul(node, inits: dict, folder: str):

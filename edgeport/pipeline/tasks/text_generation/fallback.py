@@ -15,8 +15,13 @@ an LLM's yardstick is the distribution over real text):
   real artifact misses, the gap becomes a margin the next simulated candidate must clear (at most
   ``MAX_BUILDS`` rebuilds). A simulation's pass is never the verdict.
 
-The row's ``quantization`` block records the groups kept float, the most sensitive groups (KLD alone), the
-search curve (float groups -> mean/p99 KLD, top-1, measured on), and before/after (quality and size).
+``--fallback int8`` (a target whose ``GenerativeFallback.keeps`` has it: ONNX int4-block32) is the same search with
+the kept groups at int8 instead of float: candidates simulate them at int8, the rebuild stores them at int8 (a
+fraction of float's size). Sensitivity is the same either way (each group alone, the rest float).
+
+The row's ``quantization`` block records the groups kept (key ``float_layers``, each with its ``precision``;
+``keep`` and, for int8, ``kept_scheme``), the most sensitive groups (KLD alone), the search curve (kept groups ->
+mean/p99 KLD, top-1, measured on), and before/after (quality and size).
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ def applies(target, row, session, budget: dict) -> bool:
     from edgeport.pipeline.tasks.text_generation.quality import quality_failures
 
     support, policy, quality = target.generation(), session.fallback, row.details.get("quality")
-    return bool(policy is not None and policy.mode == "float" and support is not None and quality
-                and support.can_keep_float(row.variant) and getattr(session, "quality", None) is not None
+    return bool(policy is not None and policy.mode and support is not None and quality
+                and support.can_keep_float(row.variant, policy.mode) and getattr(session, "quality", None) is not None
                 and quality_failures(quality, budget))
 
 
@@ -51,23 +56,25 @@ def keep_groups_float(row, target, built, session, staging: Path, judge, files) 
     from edgeport.core.progress import scoped
     from edgeport.pipeline.plan import fixed_threads
 
-    support, start = target.generation(), time.perf_counter()
+    support, start, mode = target.generation(), time.perf_counter(), session.fallback.mode
     say = scoped(session.progress, f"{target.name} {row.variant}") if session.progress else (lambda _m: None)
     try:
         quantizer = support.float_fallback.prepare(Path(built.converted.artifact), row.variant,
-                                                   fixed_threads(session.judge.threads))
+                                                   fixed_threads(session.judge.threads),
+                                                   **({} if mode == "float" else {"keep": mode}))
     except Exception as exc:
-        row.note(f"--fallback float could not start: {first_line(exc)}")
+        row.note(f"--fallback {mode} could not start: {first_line(exc)}")
         return False
     try:
         record, rebuilt = _search(row, support, quantizer, built, session, staging, say, (judge, files))
     except Exception as exc:
-        row.note(f"--fallback float stopped: {first_line(exc)}")
+        row.note(f"--fallback {mode} stopped: {first_line(exc)}")
         return False
     finally:
         quantizer.close()
-    row.details["quantization"] = {"scheme": support.float_fallback.variants[row.variant], **record,
-                                   "seconds": round(time.perf_counter() - start, 3)}
+    kept = {} if mode == "float" else {"kept_scheme": getattr(quantizer, "kept_scheme", mode)}
+    row.details["quantization"] = {"scheme": support.float_fallback.variants[row.variant], "keep": mode, **kept,
+                                   **record, "seconds": round(time.perf_counter() - start, 3)}
     return rebuilt
 
 
@@ -76,34 +83,35 @@ def _search(row, support, quantizer, built, session, staging: Path, say, judged)
 
     budget, groups = built.budget, quantizer.groups
     before = {**_metrics(row.details["quality"]), "size_bytes": row.size_bytes}
-    say(f"--fallback float: {len(groups)} weight groups, each quantized alone")
+    say(f"--fallback {session.fallback.mode}: {len(groups)} weight groups, each quantized alone")
     ranked = sensitivity(quantizer, session, groups)
     cap = session.fallback.cap(len(groups))
     record = {"metric": "kld", "layers": len(groups), "cap": cap, "float_layers": [], "sensitive_layers": ranked[:TOP],
               "search": [_step(before, 0, "artifact", not quality_failures(row.details["quality"], budget))],
               "before": before, "measured": quantizer.measured}
-    order, margin, builds, rebuilt = [r["name"] for r in ranked], {}, 0, False
+    order, margin, builds, rebuilt, mode = [r["name"] for r in ranked], {}, 0, False, session.fallback.mode
     for k in range(1, min(cap, len(order)) + 1):
         floats = order[:k]
-        say(f"--fallback float: {k} group(s) float, simulated over the eval text")
+        say(f"--fallback {mode}: {k} group(s) {mode}, simulated over the eval text")
         quantized = [g for g in groups if g not in floats]
-        sim = _measure(quantizer.runner(quantized), session, session.quality)
+        candidate = lambda: quantizer.runner(quantized, **({} if mode == "float" else {"kept": floats}))  # noqa: E731
+        sim = _measure(candidate(), session, session.quality)
         failures = quality_failures(sim, _tightened(budget, margin))
-        failures = failures or _check_failures(quantizer.runner(quantized), session, budget)
+        failures = failures or _check_failures(candidate(), session, budget)
         record["search"].append({**_step(sim, k, quantizer.measured, not failures), **_why(failures)})
         if failures:
             continue
-        say(f"--fallback float: rebuilding with {k} group(s) float, judged again")
+        say(f"--fallback {mode}: rebuilding with {k} group(s) {mode}, judged again")
         real = _rebuild(row, support, quantizer, floats, session, staging, budget, judged)
         builds, rebuilt = builds + 1, True
         record["search"].append({**_step(real, k, "artifact", row.status == "ok"),
                                  **_why([row.error] if row.status != "ok" and row.error else [])})
         record["float_layers"] = [{"name": g, "op": groups[g]["op"], "source": None, "matmuls": groups[g]["matmuls"],
-                                   "why": FALLBACK_WHY} for g in floats]
+                                   "precision": mode, "why": FALLBACK_WHY.replace("float", mode, 1)} for g in floats]
         if row.status == "ok" or builds >= MAX_BUILDS or real["kld_mean"] is None:   # None: it did not run
             break
         margin = {key: max(0.0, abs(real.get(key, 0) - sim[key])) for key in METRICS}
-    _conclude(row, record, rebuilt, before, cap)
+    _conclude(row, record, rebuilt, before, cap, mode)
     return record, rebuilt
 
 
@@ -171,22 +179,23 @@ def _rebuild(row, support, quantizer, floats: list[str], session, staging: Path,
     return _metrics(row.details.get("quality") or {})
 
 
-def _conclude(row, record: dict, rebuilt: bool, before: dict, cap: int) -> None:
+def _conclude(row, record: dict, rebuilt: bool, before: dict, cap: int, mode: str = "float") -> None:
     """before/after and the size cost in the record; the row's note or error says what the search did."""
     if rebuilt:
         record["after"] = {**_metrics(row.details.get("quality") or {}), "size_bytes": row.size_bytes}
         record["size_vs_full_int8"] = round(row.size_bytes / before["size_bytes"], 4) if before["size_bytes"] else None
     kept = ", ".join(layer["name"] for layer in record["float_layers"])
     if rebuilt and row.status == "ok":
-        row.note(f"--fallback float kept {len(record['float_layers'])} of {record['layers']} weight groups float "
+        at = "float" if mode == "float" else f"at {mode}"
+        row.note(f"--fallback {mode} kept {len(record['float_layers'])} of {record['layers']} weight groups {at} "
                  f"to meet the quality budget: {kept} (mean KLD {before['kld_mean']:.4g} -> "
                  f"{record['after']['kld_mean']:.4g}, size x{record['size_vs_full_int8']})")
         return
     best = min((s for s in record["search"] if s["float_layers"]), key=lambda s: s["kld_mean"], default=None)
-    tried = f"; best mean KLD {best['kld_mean']:.4g} with {best['float_layers']} float ({best['measured']})" if best else ""
+    tried = f"; best mean KLD {best['kld_mean']:.4g} with {best['float_layers']} {mode} ({best['measured']})" if best else ""
     row.status = "failed"
-    row.error = (f"{row.error or 'quality budget missed'}; --fallback float: still over budget with up to {cap} of "
-                 f"{record['layers']} weight groups float (--fallback-max){tried}; raise --fallback-max or relax the budget")
+    row.error = (f"{row.error or 'quality budget missed'}; --fallback {mode}: still over budget with up to {cap} of "
+                 f"{record['layers']} weight groups {mode} (--fallback-max){tried}; raise --fallback-max or relax the budget")
 
 
 def _tightened(budget: dict, margin: dict) -> dict:

@@ -1,0 +1,91 @@
+"""A head tied to the embedding table, quantized once for both uses (:mod:`.nbits`).
+
+torch.onnx exports a tied lm_head (SmolLM2, Llama-3.2, Qwen3, Gemma: one tensor for the embedding and the
+head) as ``Gather(E, ids)`` for the embedding and ``MatMul(x, Transpose(E))`` for the head. onnxruntime's
+``MatMulNBits`` quantizer takes only a MatMul whose weight is an initializer, so the head was left fp32: 113 MB
+of SmolLM2-135M's 187 MB int4 artifact (bench/LLM_QUALITY.md).
+
+Here the head's MatMul reads ``E`` transposed (a copy, K x N as the quantizer wants it), which the quantizer
+packs as ``MatMulNBits`` blocks: ``(N = vocab, K / block, block bytes)`` -- row ``v`` of ``E`` quantized in
+blocks along the hidden size, the layout of onnxruntime's ``GatherBlockQuantized`` with ``uint8`` data
+(``bits`` 4 or 8, values packed along the last axis low bits first, zero point 2^(bits-1) when none is given:
+the symmetric scheme's implicit one). So every ``Gather`` of ``E`` becomes a ``GatherBlockQuantized`` of the
+same packed bytes and scales (reshaped to ``(vocab, -1)``: onnxruntime folds the reshape at load), and ``E``
+leaves the artifact: the table is stored once, quantized, and the embedding a token gets is the row the head
+multiplies with (the same dequantized values, bit for bit).
+
+All or nothing: when the table has a reader other than Gathers on axis 0 and the head's Transpose, or the
+hidden size is not a whole number of blocks, the head stays as it was (fp32, shared with the Gather). The
+float-fallback's simulation (:mod:`.gen_fallback`) overrides ``E`` in the fp32 graphs with the artifact's
+dequantized head: that is both uses at once, as here.
+"""
+
+from __future__ import annotations
+
+from onnx import helper
+
+
+def consumers(graph) -> dict[str, list]:
+    """{value name: [nodes reading it]} of the graph's top level."""
+    out: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            out.setdefault(name, []).append(node)
+    return out
+
+
+def tied_table(node, producers: dict, readers: dict, inits: dict, block_size: int):
+    """(Transpose node, table initializer) when ``node`` is a MatMul reading a 2-D table through a Transpose
+    whose other readers are all Gathers on axis 0 (the embedding) and whose rows are whole blocks; else None."""
+    transpose = producers.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+    if transpose is None or transpose.op_type != "Transpose" or transpose.input[0] not in inits:
+        return None
+    perm = next((list(helper.get_attribute_value(a)) for a in transpose.attribute if a.name == "perm"), [1, 0])
+    table = inits[transpose.input[0]]
+    if perm != [1, 0] or len(table.dims) != 2 or table.dims[1] % block_size or len(readers.get(node.input[1], ())) != 1:
+        return None
+    others = [r for r in readers.get(table.name, ()) if r is not transpose]
+    if not all(r.op_type == "Gather" and r.input[0] == table.name and _axis(r) == 0 for r in others):
+        return None
+    return transpose, table
+
+
+def _axis(node) -> int:
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 0)
+
+
+def as_matmul(node, transpose, table, folder: str):
+    """(the head's MatMul on the table transposed, that weight read in): what the quantizer packs."""
+    from onnx import numpy_helper
+
+    from edgeport.targets.onnx.lazy_weights import inline_tensor
+
+    values = numpy_helper.to_array(inline_tensor(table, folder, copy=True))
+    weight = numpy_helper.from_array(values.T.copy(), f"{table.name}_transposed")
+    return helper.make_node("MatMul", [node.input[0], weight.name], list(node.output), name=node.name), weight
+
+
+def gathers(graph, table: str, nbits_node) -> list:
+    """Replace every Gather of ``table`` with a GatherBlockQuantized of ``nbits_node``'s packed weight and
+    scales (reshaped to ``(vocab, -1)``); returns the initializers those reshapes need."""
+    from onnx import numpy_helper
+
+    import numpy as np
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in nbits_node.attribute}
+    packed, scales = nbits_node.input[1], nbits_node.input[2]
+    rows = numpy_helper.from_array(np.array([attrs["N"], -1], np.int64), f"{packed}_rows")
+    nodes = []
+    for node in graph.node:
+        if node.op_type != "Gather" or node.input[0] != table:
+            nodes.append(node)
+            continue
+        data, scale = f"{node.name}_{packed}", f"{node.name}_{scales}"
+        nodes += [helper.make_node("Reshape", [packed, rows.name], [data], name=f"{node.name}_data"),
+                  helper.make_node("Reshape", [scales, rows.name], [scale], name=f"{node.name}_scales"),
+                  helper.make_node("GatherBlockQuantized", [data, node.input[1], scale], list(node.output),
+                                   name=node.name, domain="com.microsoft", bits=attrs["bits"],
+                                   block_size=attrs["block_size"], gather_axis=0, quantize_axis=1)]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return [rows]
