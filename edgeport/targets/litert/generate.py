@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeport.targets.base import BundleSupport, Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.base import BundleSupport, Converted, GenerativeFallback, GenerativeJob, GenerativeSupport
 from edgeport.targets.litert.signatures import LiteRTSignatureRunner
 
 LITERT_RECIPES = {"fp16": "full_fp16_recipe", "dynamic-int8": "full_dynamic_recipe", "weight-int8": "full_weight_only_recipe"}
@@ -47,21 +47,31 @@ def convert(job: GenerativeJob) -> Converted:
     """fp32 by the chosen lowering (:mod:`.hf_lowering`: export_hf or edgeport's); a quantized variant
     quantizes that fp32 ``.tflite``, so every LiteRT row of a run comes from one lowering."""
     from edgeport.targets.litert.hf_lowering import lower
-    from edgeport.targets.litert.target import op_counts
 
     fp32 = artifact_path(job.out_dir, "fp32")
     built_by = reason = None
     if job.variant == "fp32" or not fp32.is_file():
         built_by, reason = lower(job, fp32, _convert_fp32)
-    path, details = fp32, {}
-    if job.variant != "fp32":
-        path = artifact_path(job.out_dir, job.variant)
-        _quantize(fp32, path, job.variant)
-        if job.variant in BLOCKWISE:
-            details["zero_scale_blocks_fixed"] = fix_zero_block_scales(path)
-        details.update(judged_on(path))
-        built_by, reason = lowered_by(fp32), f"{job.variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
-            f"; fp32: {reason}" if reason else "")
+    if job.variant == "fp32":
+        return described(fp32, built_by, reason)
+    path = artifact_path(job.out_dir, job.variant)
+    _quantize(fp32, path, job.variant)
+    return quantized(fp32, path, job.variant, reason)
+
+
+def quantized(fp32: Path, path: Path, variant: str, reason: str | None = None, float_groups: int = 0) -> Converted:
+    """The row of ``path``, quantized from ``fp32``: by ``convert``, or again with ``float_groups`` weight
+    groups left float by ``--fallback float`` (:mod:`.gen_fallback`)."""
+    details = {"zero_scale_blocks_fixed": fix_zero_block_scales(path)} if variant in BLOCKWISE else {}
+    what = f"{variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
+        f", {float_groups} weight group(s) kept float" if float_groups else "")
+    return described(path, lowered_by(fp32), what + (f"; fp32: {reason}" if reason else ""),
+                     {**details, **judged_on(path)})
+
+
+def described(path: Path, built_by: str | None, reason: str | None, details: dict | None = None) -> Converted:
+    from edgeport.targets.litert.target import op_counts
+
     exported_hf = built_by == "export_hf"
     kv = "explicit input/output state (no resource variables)"
     if exported_hf:
@@ -71,7 +81,7 @@ def convert(job: GenerativeJob) -> Converted:
               + ("prefill returns the logits of its highest input_pos (padding rows repeat the last real position)"
                  if prefill_has_logits(path) else "prefill returns no logits"))
     return Converted(path, {"ops": op_counts(path), "built_by": built_by, "lowering_reason": reason, "kv_cache": kv,
-                            **details}, from_source=exported_hf)
+                            **(details or {})}, from_source=exported_hf)
 
 
 def judged_on(path: Path) -> dict:
@@ -188,6 +198,28 @@ def from_source(job: GenerativeJob) -> bool:
 # --litertlm: the .litertlm bundle LiteRT-LM runs (edgeport.targets.litert.litertlm)
 LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="fp32",
                          module="edgeport.targets.litert.litertlm")
+
+
+def _prepare_fallback(artifact: Path, variant: str, threads: int):
+    """The search's quantizer, given what it needs from here: where the fp32 ``.tflite`` is, the variant's
+    recipe, the zero-scale fix a candidate needs to load, the runner, and the row's details of a rebuild."""
+    from types import SimpleNamespace
+
+    from edgeport.targets.litert.gen_fallback import prepare
+
+    fp32 = artifact_path(Path(artifact).parent, "fp32")
+    steps = SimpleNamespace(fp32=fp32, recipe=lambda: _recipe(variant), load=load,
+                            fix=fix_zero_block_scales if variant in BLOCKWISE else (lambda _path: 0),
+                            described=lambda path, floats: quantized(fp32, path, variant, float_groups=floats))
+    return prepare(artifact, variant, threads, steps)
+
+
+# --fallback float on text generation (:mod:`.gen_fallback`: candidates are real artifacts of the variant's recipe)
+FALLBACK = GenerativeFallback({
+    "dynamic-int8": "dynamic int8 (ai-edge-quantizer: channelwise int8 weights, activations quantized at run time)",
+    "weight-int8": "weight-only int8 (ai-edge-quantizer: channelwise int8 weights, float compute)",
+    "int4-block32": "int4 blocks of 32, symmetric (ai-edge-quantizer dynamic_wi4b32_afp32: activations quantized at run time)",
+}, _prepare_fallback)
 GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
                                convert=convert, load=load, bundles=(LITERTLM,), from_source=from_source,
-                               check=check)
+                               check=check, float_fallback=FALLBACK)

@@ -1,0 +1,194 @@
+"""``--fallback float`` for LiteRT text generation: the weight groups of the generation ``.tflite`` that can stay
+float, the search's candidates, and the artifact rebuilt with the chosen groups float.
+
+Groups: every op ai-edge-quantizer quantizes in the row's recipe (FULLY_CONNECTED, EMBEDDING_LOOKUP, ...: an op
+with a constant float weight) is read from the fp32 ``.tflite`` the row was quantized from. export_hf names
+its weight tensors after the torch module path (``.../LlamaDecoderLayer_3/LlamaAttention_self_attn/
+Linear_q_proj;``, fused ops joined by ``;;``): per decoder block the projections are grouped into its attention
+and its MLP, the head is ``lm_head`` (or the op writing the logits), the embedding table ``embeddings``. A
+weight whose names say none of these is its own group (``fully_connected 3 [64x64]``): edgeport's own lowering
+names tensors after a flat wrapper (``...flat.Named;17``), so there the search ranks single weights. Every
+signature's op of a group moves together (``prefill_<L>`` and ``decode`` read the same weight buffer), and
+groups sharing a buffer (a tied head) merge.
+
+Recipes select ops by a regex on the op's output tensor names (``get_op_scope``), which are neither unique nor
+stable across lowerings, so each grouped op's outputs are tagged ``[edgeport:<group>]`` in a copy of the fp32
+model (:func:`.quantize.untag` strips them from what ships). A candidate is the variant's own recipe over the
+whole model plus ``NO_QUANTIZE`` on the float groups' tags (``Quantizer.update_quantization_recipe``: the later
+scope wins) — the same call that builds the winner, so candidates are real artifacts (``measured``:
+``artifact``), not a simulation: ``int4-block32`` (``dynamic_wi4b32_afp32``) and ``dynamic-int8`` quantize
+activations inside XNNPACK's kernels, which putting dequantized weights back into the fp32 graph would not
+reproduce. The price is one ai-edge-quantizer pass per candidate (the search's time, bench/LLM_QUALITY.md).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from edgeport.core.scratch import scratch_dir
+
+QUANTIZED_OPS = ("FULLY_CONNECTED", "EMBEDDING_LOOKUP", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CONV_2D", "GATHER")
+_BLOCK = re.compile(r"(?:layers?[._/]|DecoderLayer_|Block_|blocks[._])(\d+)", re.IGNORECASE)
+_ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
+
+
+def group_of(op: str, weight: str, scope: str) -> str | None:
+    """The group of one weighted op from its weight tensor's name (its output names when the weight's say
+    nothing): ``layers.3.attention`` / ``layers.3.mlp``, ``lm_head``, ``embeddings``; None when the names say
+    none of these (edgeport's lowering keeps no module path: its weights are one group each)."""
+    if op in ("EMBEDDING_LOOKUP", "GATHER"):
+        return "embeddings"
+    for text in (weight, scope):
+        blocks = _BLOCK.findall(text)
+        if blocks:
+            return f"layers.{blocks[-1]}.{'attention' if _ATTENTION.search(text) else 'mlp'}"
+    if "lm_head" in weight or "lm_head" in scope or "logits" in scope:
+        return "lm_head"
+    return None
+
+
+def weighted_ops(model) -> list[tuple[int, int, str, int, str]]:
+    """(subgraph, op index, op name, weight buffer, group) of every op with a constant float weight of two or
+    more dimensions that the recipes may quantize."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    found, unnamed = [], {}
+    for s, graph in enumerate(model.subgraphs):
+        for index, op in enumerate(graph.operators or []):
+            code = model.operatorCodes[op.opcodeIndex]
+            kind = names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
+            inputs = [i for i in list(op.inputs)[1:2] if i >= 0]
+            if kind not in QUANTIZED_OPS or not inputs:
+                continue
+            weight = graph.tensors[inputs[0]]
+            if weight.type != 0 or len(weight.shape) < 2 or model.buffers[weight.buffer].data is None:
+                continue   # TensorType FLOAT32 = 0; a computed or 1-D operand is not a weight
+            scope = ";".join(_name(graph.tensors[t]) for t in op.outputs if t >= 0)
+            group = group_of(kind, _name(weight), scope) or unnamed.setdefault(
+                int(weight.buffer), f"{kind.lower()} {len(unnamed)} [{'x'.join(str(int(d)) for d in weight.shape)}]")
+            found.append((s, index, kind, int(weight.buffer), group))
+    return found
+
+
+def _name(tensor) -> str:
+    return tensor.name.decode() if isinstance(tensor.name, bytes) else (tensor.name or "")
+
+
+def merged(ops: list[tuple]) -> list[tuple]:
+    """Groups that read one weight buffer become one group (``lm_head + embeddings``): a buffer is quantized
+    once, whichever op reads it."""
+    names = {}
+    for _s, _i, _k, buffer, group in ops:
+        names.setdefault(buffer, set()).add(group)
+    rename = {}
+    for groups in names.values():
+        if len(groups) > 1:
+            joined = " + ".join(sorted({rename.get(g, g) for g in groups}))
+            rename.update({g: joined for g in groups})
+    return [(s, i, k, b, rename.get(g, g)) for s, i, k, b, g in ops]
+
+
+class GroupQuantizer:
+    """One row's groups and candidates (:class:`edgeport.targets.base.GenerativeFallback`'s contract)."""
+
+    measured = "artifact"
+
+    def __init__(self, artifact: Path, variant: str, threads: int, steps):
+        from ai_edge_litert.tools import flatbuffer_utils
+
+        self.artifact, self.variant, self.threads, self.steps = Path(artifact), variant, threads, steps
+        self.fp32 = steps.fp32
+        if not self.fp32.is_file():
+            raise FileNotFoundError("the fp32 .tflite the row was quantized from is not beside it")
+        model = flatbuffer_utils.read_model(str(self.fp32))
+        ops = merged(weighted_ops(model))
+        self.groups = _describe(model, ops)
+        self.index = {g: n for n, g in enumerate(self.groups)}
+        _tag(model, [(s, i, self.index[g]) for s, i, _k, _b, g in ops])
+        self.content = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+        del model
+        self.tmp, self.made = scratch_dir("edgeport-genfallback-"), 0
+
+    def quantize(self, floats) -> bytes:
+        """The variant's recipe on the whole model, ``floats`` groups left float (tagged names)."""
+        from ai_edge_quantizer import qtyping, quantizer
+        from ai_edge_quantizer.algorithm_manager import AlgorithmName
+
+        q = quantizer.Quantizer(self.content, self.steps.recipe())
+        if floats:
+            regex = "|".join(re.escape(f"[edgeport:{self.index[g]}]") for g in floats)
+            q.update_quantization_recipe(regex=regex, algorithm_key=AlgorithmName.NO_QUANTIZE,
+                                         operation_name=qtyping.TFLOperationName.ALL_SUPPORTED)
+        return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
+
+    def runner(self, quantized):
+        """A candidate: the real artifact with only ``quantized`` groups quantized, in the row's runtime."""
+        self.made += 1
+        path = self.tmp / f"candidate_{self.made}.tflite"
+        path.write_bytes(self.quantize([g for g in self.groups if g not in set(quantized)]))
+        self.steps.fix(path)
+        runner = self.steps.load(path, self.threads)
+        runner.close = _closer(runner, path)
+        return runner
+
+    def build(self, floats):
+        """The row's artifact again (where it was), with ``floats`` groups float and the tags gone."""
+        from edgeport.targets.litert.quantize import untag
+
+        self.artifact.write_bytes(untag(self.quantize(floats)))
+        return self.steps.described(self.artifact, len(floats))
+
+    def close(self) -> None:
+        self.content = b""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _closer(runner, path: Path):
+    """A candidate's end: its Interpreter dropped and the file emptied, then removed. A sensitivity candidate
+    (one group quantized, the rest fp32) is nearly the fp32 model's size, and the dropped Interpreter keeps
+    its file open (seen with ai-edge-litert 2.3.0: an unlinked file's space came back only at process
+    exit, 0.5 GB per SmolLM2-135M candidate): emptied first, the disk is free again at once."""
+    import os
+
+    def close() -> None:
+        vars(runner).clear()
+        if path.exists():
+            os.truncate(path, 0)
+            path.unlink()
+    return close
+
+
+def _describe(model, ops: list[tuple]) -> dict[str, dict]:
+    """{group: {"op", "matmuls", "fp32_bytes"}} in model order (blocks by number); a weight counted once."""
+    import math
+
+    groups: dict[str, dict] = {}
+    seen: set[int] = set()
+    for s, i, kind, buffer, group in ops:
+        info = groups.setdefault(group, {"op": kind.lower(), "matmuls": 0, "fp32_bytes": 0})
+        if s == ops[0][0]:
+            info["matmuls"] += 1
+        if buffer not in seen:
+            seen.add(buffer)
+            tensor = model.subgraphs[s].tensors[model.subgraphs[s].operators[i].inputs[1]]
+            info["fp32_bytes"] += 4 * math.prod(int(d) for d in tensor.shape)
+    order = sorted(groups, key=lambda g: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", g)])
+    return {g: groups[g] for g in order}
+
+
+def _tag(model, tagged: list[tuple[int, int, int]]) -> None:
+    """Prefix each grouped op's output tensors with its group's tag (what the recipes' regexes select)."""
+    for s, index, group in tagged:
+        graph = model.subgraphs[s]
+        for t in graph.operators[index].outputs:
+            if t >= 0 and not _name(graph.tensors[t]).startswith("[edgeport:"):
+                graph.tensors[t].name = f"[edgeport:{group}]{_name(graph.tensors[t])}".encode()
+
+
+def prepare(artifact: Path, variant: str, threads: int, steps) -> GroupQuantizer:
+    """``steps``: what the search needs from :mod:`.generate` (``fp32`` path, ``recipe()``, ``fix(path)``,
+    ``load(path, threads)``, ``described(path, float_groups)``: the row's Converted), as convert uses them."""
+    return GroupQuantizer(artifact, variant, threads, steps)
