@@ -81,6 +81,7 @@ def examples() -> dict:
                                     {"k": torch.randn(1, 1, 8, 16)}, {}),
         "grouped_query_attention": (_cache_step, step, {}),
         "kv_write_dynamic_update_slice": (_cache_step, step, {}),
+        "attention_matmul": (_cache_step, step, {}),
         "complex_pairs": (_complex_rope, {"x": torch.randn(1, 8, 32)}, {"rope": models.complex_rope()[0]}),
         "max_dim_2d": (_sinks, {"scores": torch.randn(1, 4, 3, 5)}, {}),
     }
