@@ -54,6 +54,15 @@ def _cache_step(s, q, k, v, cache_k, cache_v, cache_len):
     return torch.nn.functional.scaled_dot_product_attention(q, rep(cache_k), rep(cache_v), scale=0.25), cache_k, cache_v
 
 
+def _cache_write_in_place(s, k, cache_k, cache_len):
+    """transformers' static-cache write: the length bumped and the keys written into the inputs, in place
+    (functional_cache_write)."""
+    index = torch.arange(k.shape[2]) + cache_len
+    cache_len.add_(k.shape[2])
+    cache_k.index_copy_(2, index, k)
+    return cache_k * 1.0, cache_len + 0
+
+
 def _complex_rope(s, x):
     return s.rope(x)
 
@@ -81,6 +90,8 @@ def examples() -> dict:
                                     {"k": torch.randn(1, 1, 8, 16)}, {}),
         "grouped_query_attention": (_cache_step, step, {}),
         "kv_write_dynamic_update_slice": (_cache_step, step, {}),
+        "attention_matmul": (_cache_step, step, {}),
+        "functional_cache_write": (_cache_write_in_place, {n: step[n] for n in ("k", "cache_k", "cache_len")}, {}),
         "complex_pairs": (_complex_rope, {"x": torch.randn(1, 8, 32)}, {"rope": models.complex_rope()[0]}),
         "max_dim_2d": (_sinks, {"scores": torch.randn(1, 4, 3, 5)}, {}),
     }

@@ -9,7 +9,7 @@ report row. One module per family; each registers its passes where it defines th
 otherwise; parity against the user's own eager model still judges every artifact.
 """
 
-from edgeport.targets.rewrites import attention, cache_write, complex, conv, custom_ops, dft, experts, grouped_attention, histc, precision, reduce, scatter, sort  # noqa: F401
+from edgeport.targets.rewrites import attention, cache_write, complex, conv, custom_ops, dft, experts, functional_cache, grouped_attention, histc, matmul_attention, precision, reduce, scatter, sort  # noqa: F401
 from edgeport.targets.rewrites.apply import REFUSED_WHEN, Rewritten, apply_rewrites, pending, refused_ops, rewrite_for_target
 from edgeport.targets.rewrites.custom_ops import describe_custom_ops, load_decompositions
 from edgeport.targets.rewrites.experts import apply_module_rewrites
