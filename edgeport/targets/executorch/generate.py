@@ -13,6 +13,9 @@ user outputs, and the runner keeps only the user outputs (by count, from the nam
 weights, activations quantized per call): no calibration, the scheme ExecuTorch's LLM recipes start from;
 lowered with the dynamically quantized linears partitioned first (:func:`.lower.partitioners`: Qwen3's per-head
 q/k norms failed the lowering otherwise).
+
+``int4-block32``: XNNPACK's 8da4w (int4 weights in groups of 32, activations dynamically quantized to int8),
+ExecuTorch's own LLM scheme, through torchao's ``quantize_`` (:mod:`.int4`); lowered the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from edgeport.core.program import capture_mode
 from edgeport.targets._pt2e import calibrated
 from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
 from edgeport.targets.executorch.delegation import summary
+from edgeport.targets.executorch.int4 import GROUP, SCHEME, int4_block32
 from edgeport.targets.executorch.lower import lower, save, weights_on_disk
 from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
 
@@ -33,15 +37,24 @@ def artifact_path(out_dir: Path, variant: str) -> Path:
 
 
 def convert(job: GenerativeJob) -> Converted:
-    shared = {}   # the methods' int8 weights, quantized once (as their fp32 weights are one storage)
-    programs = job.programs if job.variant == "fp32" else {n: dynamic_int8(p, job.samples[n], shared)
-                                                          for n, p in job.programs.items()}
+    shared, kept_float = {}, []   # the methods' quantized weights, quantized once (their fp32 weights are one storage)
+    quantized = job.variant != "fp32"
+    if job.variant == "int4-block32":
+        programs = {n: int4_block32(p, job.samples[n], shared, kept_float) for n, p in job.programs.items()}
+    else:
+        programs = {n: dynamic_int8(p, job.samples[n], shared) for n, p in job.programs.items()} if quantized \
+            else job.programs
     path = artifact_path(job.out_dir, job.variant)
     with weights_on_disk(job.out_dir):
-        edge = lower(programs, dynamic_quant=job.variant == "dynamic-int8")
+        edge = lower(programs, dynamic_quant=quantized)
         details = {"delegation": summary(edge), "methods": list(programs),
                    "kv_cache": "explicit input/output state (each method returns the updated cache)"}
         save(edge, path)
+    if job.variant == "int4-block32":
+        details["int4"] = {**SCHEME, "float_linears": kept_float}
+        if kept_float:
+            job.notes.append(f"int4-block32: {len(kept_float)} linear(s) kept float (input dimension not a multiple "
+                             f"of {GROUP}, or no constant 2-D weight): {', '.join(kept_float[:5])}")
     return Converted(path, details)
 
 
@@ -63,4 +76,4 @@ def load(path: Path, threads: int) -> ExecuTorchSignatureRunner:
     return ExecuTorchSignatureRunner(Path(path), threads)
 
 
-GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8"), convert=convert, load=load)
+GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load)

@@ -31,5 +31,6 @@ TARGET = Target(
     slow_ops=portable_ops,
     rewrites=("upcast_fp32", "inline_custom_ops", "real_dft", "sort_by_rank", "complex_pairs", "max_dim_2d",
               "attention_matmul", "functional_cache_write"),
-    budgets={"fp32": parity.FP32, "int8": parity.STATIC_INT8, "dynamic-int8": parity.DYNAMIC_INT8},
+    budgets={"fp32": parity.FP32, "int8": parity.STATIC_INT8, "dynamic-int8": parity.DYNAMIC_INT8,
+             "int4-block32": parity.INT4_BLOCK},
 )
