@@ -5,9 +5,11 @@ stored once and every method shares them.
 The KV cache is explicit state, as on every target: each method takes the cache tensors (``decode``; a
 prefill creates them) and returns the updated ones, which the caller passes back on the next call.
 ExecuTorch's own LLM export keeps the cache inside the program as mutable buffers instead; explicit I/O is
-what the house's greedy loop, judge and apps drive the same way on LiteRT, ONNX and TPU. The flat programs
-also update their cache inputs in place: ExecuTorch then returns those written-back values ahead of the
-user outputs, and the runner keeps only the user outputs (by count, from the names the file carries).
+what the house's greedy loop, judge and apps drive the same way on LiteRT, ONNX and TPU. transformers' flat
+programs update their cache inputs in place; the target's ``functional_cache_write`` rewrite makes those writes
+out-of-place where nothing reads the input afterwards (each in-place write cost three full copies of the cache
+per step). A write it leaves in place makes ExecuTorch return the written-back value ahead of the user
+outputs, and the runner keeps only the user outputs (by count, from the names the file carries).
 
 ``dynamic-int8``: PT2E with the XNNPACK quantizer's dynamic config on each method (int8 per-channel linear
 weights, activations quantized per call): no calibration, the scheme ExecuTorch's LLM recipes start from;
