@@ -201,3 +201,21 @@ def test_validate_judges_quantized_rows_on_real_text_too(converted, tmp_path):
     windows.write_text(json.dumps(data))
     result = run_cli("validate", copy, "--no-latency")
     assert result.returncode == 2 and "eval windows" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_non_finite_perplexity_is_written_as_the_schema_allows(converted, tmp_path):
+    """An artifact whose logits overflow has an infinite perplexity: report.json says "inf" (JSON has no
+    Infinity) and still meets the project's schema (it failed it before)."""
+    import copy
+    import jsonschema
+
+    from conftest import REPORT_SCHEMA
+    from edgeport.validate.report import write_json
+
+    _, _, report = converted
+    broken = copy.deepcopy(report)
+    quality = rows(broken)["dynamic-int8"]["quality"]
+    quality.update(ppl=float("inf"), delta_ppl=float("inf"), ppl_ratio=float("inf"), kld_max=float("nan"))
+    written = write_json(tmp_path / "report.json", broken)
+    assert rows(written)["dynamic-int8"]["quality"]["ppl"] == "inf"
+    jsonschema.validate(json.loads((tmp_path / "report.json").read_text()), json.loads(REPORT_SCHEMA.read_text()))
