@@ -83,3 +83,26 @@ def timed(timings: dict, name: str):
         yield
     finally:
         timings[name] = round(time.perf_counter() - start, 3)
+
+
+def edgeport_root() -> str | None:
+    """The directory a child interpreter needs on PYTHONPATH to import this edgeport, or None when its own
+    environment finds it already (an installed package, or a PYTHONPATH that names it). A checkout run from
+    its own directory is found through the parent's working directory, which a child started elsewhere lacks."""
+    import edgeport
+
+    root = str(Path(edgeport.__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if any(Path(p).resolve() == Path(root) for p in paths) or "site-packages" in root:
+        return None
+    return root
+
+
+def child_env(env: dict | None = None) -> dict:
+    """``env`` (default: this process's) for a ``python -m edgeport...`` child: edgeport's root first on
+    PYTHONPATH when the child would not find it otherwise (:func:`edgeport_root`)."""
+    env = dict(os.environ if env is None else env)
+    root = edgeport_root()
+    if root:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env

@@ -125,13 +125,10 @@ def connect(ray, address: str, code_dir: Path) -> None:
 def _local_runtime_env() -> dict:
     """Workers of a local instance inherit this process's environment; add edgeport's location only when
     that environment would not find it (a checkout run from its own directory)."""
-    import edgeport
+    from edgeport.core.proc import edgeport_root
 
-    root = str(Path(edgeport.__file__).resolve().parents[1])
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if any(Path(p).resolve() == Path(root) for p in paths) or "site-packages" in root:
-        return {}
-    return {"env_vars": {"PYTHONPATH": root + os.pathsep + "${PYTHONPATH}"}}
+    root = edgeport_root()
+    return {"env_vars": {"PYTHONPATH": root + os.pathsep + "${PYTHONPATH}"}} if root else {}
 
 
 def _object_store_bytes() -> int:

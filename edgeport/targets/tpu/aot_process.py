@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from edgeport.core.scratch import scratch
+from edgeport.core.proc import child_env
 
 # A compile making no progress for this long is killed (a MobileNetV2 compile takes ~1 min per topology
 # on 2 cores).
@@ -59,7 +60,7 @@ def _run_child(tmp: Path, request: dict, rows: list[Path], timeout: float) -> di
     spec.write_text(json.dumps(request))
     with open(log, "w") as stderr:
         child = subprocess.Popen([sys.executable, "-m", "edgeport.targets.tpu.aot_child", str(spec)],
-                                 stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp)
+                                 stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp, env=child_env())
         try:
             if _wait(child, rows, timeout):
                 return {"ok": False, "error": f"libtpu compile timed out after {timeout:g} s (killed)",

@@ -53,10 +53,11 @@ def tpu_host_status() -> dict:
 def worker_env(extra: dict | None = None) -> dict:
     """The worker's environment: no metadata-server query (the hang), torch_tpu loaded only where asked,
     and without the compile-only libtpu settings edgeport's own process made (a worker owns the chips)."""
+    from edgeport.core.proc import child_env
     from edgeport.targets._jax import ENV_SET_HERE
 
     inherited = {k: v for k, v in os.environ.items() if k not in ENV_SET_HERE}
-    return {**inherited, "TPU_SKIP_MDS_QUERY": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", **(extra or {})}
+    return child_env({**inherited, "TPU_SKIP_MDS_QUERY": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", **(extra or {})})
 
 
 def run_in_worker(engine: str, artifact: Path, samples: list[list[np.ndarray]], timeout: float = DEFAULT_TIMEOUT,
