@@ -13,16 +13,22 @@ from test_quality import TEXT
 BUDGET = 0.00025
 
 
-@pytest.fixture(scope="module")
-def searched(tmp_path_factory):
-    root = tmp_path_factory.mktemp("genfallback")
+def convert_searched(root, target: str, keep: str, budget: float):
+    """(result, DIR): the tiny GGUF's int4-block32 row on ``target`` over TEXT with a mean-KLD budget and
+    ``--fallback keep`` allowed every group (the searches' shared conversion)."""
     model = tiny_gguf.write(root / "tiny.gguf")
     (root / "text.txt").write_text(TEXT)
     out = root / "out"
-    result = run_cli("convert", model, "-t", "onnx", "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
+    result = run_cli("convert", model, "-t", target, "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
                      "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", root / "text.txt",
-                     "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "100%",
-                     "--budget", f"onnx.int4-block32.kld_mean_max={BUDGET}", "--out", out, timeout=900)
+                     "--eval-tokens", "40", "--fallback", keep, "--fallback-max", "100%",
+                     "--budget", f"{target}.int4-block32.kld_mean_max={budget}", "--out", out, timeout=900)
+    return result, out
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    result, out = convert_searched(tmp_path_factory.mktemp("genfallback"), "onnx", "float", BUDGET)
     return result, out, read_report(out)
 
 

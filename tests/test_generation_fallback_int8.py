@@ -6,22 +6,14 @@ int4 misses it, the lm_head kept float meets it)."""
 import numpy as np
 import pytest
 
-import tiny_gguf
 from conftest import read_report, run_cli
-from test_generation_fallback import BUDGET
-from test_quality import TEXT
+from test_generation_fallback import BUDGET, convert_searched
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     root = tmp_path_factory.mktemp("genfallback_int8")
-    model = tiny_gguf.write(root / "tiny.gguf")
-    (root / "text.txt").write_text(TEXT)
-    out = root / "out"
-    result = run_cli("convert", model, "-t", "onnx", "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
-                     "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", root / "text.txt",
-                     "--eval-tokens", "40", "--fallback", "int8", "--fallback-max", "100%",
-                     "--budget", f"onnx.int4-block32.kld_mean_max={BUDGET}", "--out", out, timeout=900)
+    result, out = convert_searched(root, "onnx", "int8", BUDGET)
     return result, out, read_report(out), root
 
 

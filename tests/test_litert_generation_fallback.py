@@ -7,23 +7,15 @@ lm_head: 0.00025; either alone: >= 0.00036)."""
 import numpy as np
 import pytest
 
-import tiny_gguf
-from conftest import read_report, run_cli
-from test_quality import TEXT
+from conftest import read_report
+from test_generation_fallback import convert_searched
 
 BUDGET = 0.0003
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    root = tmp_path_factory.mktemp("litefallback")
-    model = tiny_gguf.write(root / "tiny.gguf")
-    (root / "text.txt").write_text(TEXT)
-    out = root / "out"
-    result = run_cli("convert", model, "-t", "litert", "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
-                     "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", root / "text.txt",
-                     "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "100%",
-                     "--budget", f"litert.int4-block32.kld_mean_max={BUDGET}", "--out", out, timeout=900)
+    result, out = convert_searched(tmp_path_factory.mktemp("litefallback"), "litert", "float", BUDGET)
     report = read_report(out)
     return result, out, report, next(r for r in report["targets"] if r["variant"] == "int4-block32")
 

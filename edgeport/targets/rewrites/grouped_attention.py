@@ -64,8 +64,6 @@ def _plain(node) -> bool:
 @node_rewrite("grouped_query_attention", ops=(SDPA,),
               fixes="grouped/multi-query attention repeats the whole KV cache per query head every step")
 def grouped_query_attention(gm, node) -> bool:
-    from edgeport.targets.rewrites.masks import live_slots, shared_additive
-
     if not _plain(node):
         return False
     query, key, value = node.args[:3]
@@ -80,11 +78,19 @@ def grouped_query_attention(gm, node) -> bool:
         if found_k is None or found_v is None or found_k[1] != found_v[1] or found_k[1] == 1:
             return False
         key, value = found_k[0], found_v[0]
+    return retarget(gm, node, grouped_sdpa, query, key, value, mask)
+
+
+def retarget(gm, node, fn, query, key, value, mask) -> bool:
+    """``node`` becomes ``fn(query, key, value, mask, scale=, keep=)``: the mask additive and shared by the
+    layers, ``keep`` the cache slots it can leave unmasked (None without a mask)."""
+    from edgeport.targets.rewrites.masks import live_slots, shared_additive
+
     keep = None
     if mask is not None:
         keep = live_slots(gm, mask, key.meta["val"].shape[2])
         mask = shared_additive(gm, mask, query.meta["val"].dtype)
-    node.target = grouped_sdpa
+    node.target = fn
     node.args = (query, key, value, mask)
     node.kwargs = {"scale": node.kwargs.get("scale"), "keep": keep}
     return True

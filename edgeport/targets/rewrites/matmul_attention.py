@@ -18,7 +18,7 @@ uniform row instead of SDPA's zeros; no row the generation loop feeds is fully m
 
 from __future__ import annotations
 
-from edgeport.targets.rewrites.grouped_attention import SDPA, _plain, repeated_heads
+from edgeport.targets.rewrites.grouped_attention import SDPA, _plain, repeated_heads, retarget
 from edgeport.targets.rewrites.registry import node_rewrite
 
 
@@ -26,8 +26,6 @@ from edgeport.targets.rewrites.registry import node_rewrite
               fixes="SDPA's decomposition repeats, scales and copies the whole KV cache per layer every step, "
                     "on the portable kernels")
 def attention_matmul(gm, node) -> bool:
-    from edgeport.targets.rewrites.masks import live_slots, shared_additive
-
     if not _plain(node):
         return False
     query, key, value = node.args[:3]
@@ -39,14 +37,7 @@ def attention_matmul(gm, node) -> bool:
     if key.meta["val"].dim() != 4 or heads % kv_heads or (kv_heads != heads and not node.kwargs.get("enable_gqa")
                                                           and key is node.args[1]):
         return False
-    keep = None
-    if mask is not None:
-        keep = live_slots(gm, mask, key.meta["val"].shape[2])
-        mask = shared_additive(gm, mask, query.meta["val"].dtype)
-    node.target = matmul_sdpa
-    node.args = (query, key, value, mask)
-    node.kwargs = {"scale": node.kwargs.get("scale"), "keep": keep}
-    return True
+    return retarget(gm, node, matmul_sdpa, query, key, value, mask)
 
 
 def matmul_sdpa(query, key, value, mask=None, *, scale=None, keep=None):
