@@ -88,7 +88,9 @@ def _export(name: str, program, job: GenerativeJob, out: Path, precision: str, c
     from edgeport.targets.tpu.target import _weight_avals, lower_program
 
     sample = job.samples[name]
-    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()), converted)
+    # the KV cache stays in the variant's dtype across steps (bf16 in, bf16 out, donated in place)
+    caches = tuple(n for n in sample if n.startswith("cache_"))
+    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()), converted, caches)
     with jax.default_matmul_precision(precision):
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)

@@ -59,10 +59,12 @@ class Lowered:
 
 
 def lower_program(program, variant: str, input_names: list[str], example_inputs: tuple = (),
-                  converted: dict | None = None) -> Lowered:
+                  converted: dict | None = None, state_io: tuple[str, ...] = ()) -> Lowered:
     """The program through torchax's aten -> jax lowering, wrapped so I/O follows the program's signature.
-    ``converted``: a dict kept across the programs of one model (prefill, decode): each weight storage is
-    converted to a jax array once (torchax's ``t2j`` copies a mapped weight: its offset is not 64-byte
+    ``state_io``: names of floating inputs and outputs that cross the boundary in the variant's compute dtype
+    (bf16) instead of the program's (a KV cache: state kept on the device between steps; see
+    :func:`_boundary_dtypes`). ``converted``: a dict kept across the programs of one model (prefill, decode):
+    each weight storage is converted to a jax array once (torchax's ``t2j`` copies a mapped weight: its offset is not 64-byte
     aligned), not once per program (Qwen3-0.6B held 2.4 GB more per signature); with it, the programs'
     tensors are made to view the copies (:mod:`.share`), so the mapped weights are not held beside them."""
     import jax.numpy as jnp
@@ -90,9 +92,9 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     if converted is not None:  # the programs' tensors read the copies from now on: the weights held once
         view_converted([original, state], state_names, weights, tied, cache, compute)
     interpreter_class = _node_reporting_interpreter()
-    input_avals = _input_avals(program)
-    compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
     out_dtypes = [jnp.dtype(mappings.t2j_dtype(_output_dtype(program, i))) for i in user_positions]
+    input_avals, out_dtypes = _boundary_dtypes(program, _input_avals(program), input_names, out_dtypes, compute, state_io)
+    compile_avals = [_concrete(a, x) for a, x in zip(input_avals, example_inputs)] if example_inputs else input_avals
 
     def fn(weights: dict, *inputs):
         if compute is not None:
@@ -104,6 +106,27 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     dynamic = {name: [d for d, size in enumerate(a.shape) if not isinstance(size, int)]
                for name, a in zip(input_names, input_avals)}
     return Lowered(fn, weights, input_avals, compile_avals, {k: v for k, v in dynamic.items() if v}, tied)
+
+
+def _boundary_dtypes(program, input_avals: list, input_names: list[str], out_dtypes: list, compute, state_io) -> tuple:
+    """Input avals and output dtypes with the ``state_io`` names' floating ones in ``compute``.
+
+    Why: the bf16 variant computes in bf16, but a float32 cache at the boundary made every decode step read the
+    whole cache in f32, convert it, and write all of it back in f32 (the output cast), twice the bytes of a bf16
+    cache and a full rewrite where a server updates one slot in place (bench/TPU_COST.md, "Where the compiler's
+    bytes went"). In bf16 at both ends, the donated cache aliases its output and stays bf16 on the device; a
+    float32 feed is cast on the way in, as any feed is, and the values are the same (bf16 -> f32 -> bf16 is exact)."""
+    import jax
+
+    names = set(state_io) if compute is not None else set()
+    if not names:
+        return input_avals, out_dtypes
+    floating = lambda dtype: jax.numpy.issubdtype(dtype, jax.numpy.floating)  # noqa: E731
+    avals = [jax.ShapeDtypeStruct(a.shape, compute) if n in names and floating(a.dtype) else a
+             for n, a in zip(input_names, input_avals)]
+    outputs = list(program.call_spec.out_spec.context or [])
+    dtypes = [compute if k < len(outputs) and outputs[k] in names and floating(d) else d for k, d in enumerate(out_dtypes)]
+    return avals, dtypes
 
 
 def tied_names(state: dict, names: list[str]) -> dict:
@@ -165,6 +188,9 @@ def _node_reporting_interpreter():
     from torchax.export import JaxInterpreter
 
     class NodeReportingInterpreter(JaxInterpreter):
+        def call_function(self, target, args, kwargs):
+            return super().call_function(target, _same_dtypes(target, args), kwargs)
+
         def run_node(self, node):
             try:
                 return super().run_node(node)
@@ -174,6 +200,38 @@ def _node_reporting_interpreter():
                 raise LoweringError(describe_node_failure(node, exc)) from exc
 
     return NodeReportingInterpreter
+
+
+def _same_dtypes(target, args: tuple) -> tuple:
+    """The operands torch requires to share a dtype, made to share one again after the bf16 variant's cast.
+
+    The exported program had them equal (torch refuses an ``index_put`` or a ``bmm`` of mixed dtypes); under the
+    bf16 variant, values computed from a float32 rotary table (queries, new keys) meet bf16 weights and a bf16
+    KV cache, and torchax then promotes the bf16 side to float32. For the KV cache that is the whole cache per
+    step: converted to float32, one slot written and converted back (``index_put``), or converted and broadcast
+    over the query heads in float32 for attention (``bmm``), where torch writes one slot in place and a bf16
+    model multiplies in bf16 (bench/TPU_COST.md, "Where the compiler's bytes went"). So: an indexed write takes
+    the destination's dtype, as torch does; a matmul of two float dtypes runs in the narrower one, the
+    variant's compute dtype, as the same model exported in bf16 would."""
+    import torch
+
+    aten = torch.ops.aten
+    if target in (aten.index_put.default, aten.index_put_.default, aten.index_copy.default, aten.index_copy_.default):
+        position = 2 if "index_put" in target.name() else 3
+        if len(args) > position and _floats(args[0], args[position]) and args[0].dtype != args[position].dtype:
+            return (*args[:position], args[position].astype(args[0].dtype), *args[position + 1:])
+    elif target in (aten.mm.default, aten.bmm.default, aten.matmul.default) and len(args) >= 2:
+        a, b = args[:2]
+        if _floats(a, b) and a.dtype != b.dtype:
+            narrow = min((a.dtype, b.dtype), key=lambda d: d.itemsize)
+            return (a.astype(narrow), b.astype(narrow), *args[2:])
+    return args
+
+
+def _floats(*arrays) -> bool:
+    import jax.numpy as jnp
+
+    return all(getattr(a, "dtype", None) is not None and jnp.issubdtype(a.dtype, jnp.floating) for a in arrays)
 
 
 def describe_node_failure(node, exc: BaseException) -> str:
