@@ -122,7 +122,7 @@ def published_ratio() -> dict:
 def print_block(title: str, block: dict) -> None:
     print(f"\n{title} ({block['unit']})")
     print(f"{'hardware':10} {'batch':>5} {'fits':>5} {'bound':>14} {'per s (slice)':>14} {'per s/chip':>11} "
-          f"{'prefill/s':>11} {'$/1M':>10} basis")
+          f"{'prefill/s':>11} {'$/1M':>10} {'GB moved':>9} {'GB compiler':>11} basis")
     for e in block["rows"]:
         if not e.get("ok"):
             print(f"{e['hardware']:10} {e['batch']:>5} compile failed: {e.get('error')}")
@@ -131,6 +131,7 @@ def print_block(title: str, block: dict) -> None:
         prefill = f"{e['prefill_tokens_per_s']:.4g}" if e.get("prefill_tokens_per_s") else "–"
         print(f"{e['hardware']:10} {e['batch']:>5} {('yes' if e['fits'] else 'NO'):>5} {e['bound']:>14} "
               f"{e['tokens_per_s']:>14.4g} {e['tokens_per_s_per_chip']:>11.4g} {prefill:>11} {money:>10} "
+              f"{e.get('bytes_moved', e['bytes_accessed']) / 1e9:>9.3g} {e['bytes_accessed'] / 1e9:>11.3g} "
               f"{e['estimate']}{'  BEST' if e.get('best') else ''}")
 
 

@@ -27,7 +27,8 @@ from tpu_cost import BATCHES, SHAPES, TOPOLOGIES, print_block  # noqa: E402  (se
 
 import tiny_lm  # noqa: E402  (tests/, put on sys.path by tpu_cost)
 
-AFFINE = ("flops", "bytes_accessed", "peak_bytes", "compiler_est_seconds")
+AFFINE = ("flops", "bytes_accessed", "peak_bytes", "compiler_est_seconds", "argument_bytes", "output_bytes", "alias_bytes",
+          "temp_bytes")
 CHECK_BATCHES = [1, 8]
 CHECK_TOPOLOGIES = ["v5e:1x1"]
 

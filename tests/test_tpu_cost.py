@@ -232,3 +232,48 @@ def test_a_cancelled_parallel_sweep_stops_its_compile_watchers():
         signal.signal(signal.SIGALRM, previous)
     assert time.monotonic() - start < 10 and sorted(stopped) == [0, 1]
     assert not aot_process.CANCEL.is_set()
+
+
+def test_compiler_bytes_are_shown_and_the_roofline_uses_the_bytes_a_step_moves():
+    # the compiler's 'bytes accessed' (8.19e9) counts on-chip staging; the step moves its arguments once, its
+    # non-aliased outputs once and its temporaries twice: 4e9 + (1e9 - 1e9) + 2 x 0.05e9 = 4.1e9 -> 5.006 ms
+    row = {**compile_row("decode", 1, "v5e:1x1", 1e9, 8.19e9, 9 * GIB),
+           "argument_bytes": 4e9, "output_bytes": 1e9, "alias_bytes": 1e9, "temp_bytes": 0.05e9}
+    block = costtable.cost_block([row], {}, generative=True)
+    tpu = next(e for e in block["rows"] if e["kind"] == "tpu")
+    assert tpu["bytes_moved"] == pytest.approx(4.1e9) and tpu["bytes_accessed"] == 8.19e9
+    assert tpu["bytes_basis"] == costtable.BYTES_BASIS and tpu["step_seconds"] == pytest.approx(4.1e9 / 819e9)
+    h100 = next(e for e in block["rows"] if e["hardware"] == "H100")
+    assert h100["bytes_moved"] == pytest.approx(4.1e9) and h100["step_seconds"] == pytest.approx(4.1e9 / 3.35e12)
+    old = costtable.cost_block([compile_row("decode", 1, "v5e:1x1", 1e9, 8.19e9, 9 * GIB)], {}, generative=True)
+    assert old["rows"][0]["bytes_basis"] == costtable.COMPILER_BASIS, "a row without memory sizes says what it used"
+
+
+def test_bf16_decode_keeps_its_kv_cache_in_bf16(tmp_path):
+    """The bf16 variant's decode takes and returns its KV cache in bf16 and never widens the cache to float32
+    inside (a float32 cache boundary, torchax's index_put promotion and a float32 query promoting the
+    repeated cache in the attention matmul each made a step read, convert and rewrite the whole cache)."""
+    import re
+
+    import jax
+    import tiny_lm
+
+    from edgeport.pipeline.tasks.text_generation.export import export_generation
+    from edgeport.pipeline.tasks.text_generation.plan import GenerationPlan
+    from edgeport.sources.spec import SourceOptions
+    from edgeport.targets.base import GenerativeJob
+    from edgeport.targets.tpu.generate import convert
+
+    model_dir = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
+    exported = export_generation(SourceOptions(model=f"hf:{model_dir}"), GenerationPlan((8,), 64, 2, "llama", [], []),
+                                 tmp_path / "export")
+    job = GenerativeJob(exported.programs, exported.samples, exported.layout.to_json(), "bf16", tmp_path / "tpu",
+                        {"tpu_topology": ["none"]}, artifact_only=True)
+    folder = convert(job).artifact
+    meta = json.loads((folder / "meta.json").read_text())["signatures"]["decode"]
+    caches = [t for t in meta["inputs"] + meta["outputs"] if t["name"].startswith("cache_") and len(t["shape"]) == 4]
+    assert caches and {t["dtype"] for t in caches} == {"bfloat16"}, caches
+    rows, head_dim = caches[0]["shape"][2:]
+    program = jax.export.deserialize(bytearray((folder / "decode.jax_export").read_bytes())).mlir_module()
+    widened = [t for t in re.findall(r"tensor<([0-9x]+)xf32>", program) if t.endswith(f"x{rows}x{head_dim}")]
+    assert not widened, f"float32 tensors of cache rows in the bf16 decode: {sorted(set(widened))}"

@@ -250,7 +250,7 @@ def _analysis(compiled, topology: Topology, devices: int) -> dict:
     peak_flops, bandwidth = gen.peak_flops / gen.devices_per_chip, gen.hbm_bytes_per_s / gen.devices_per_chip
     return {
         "generation": topology.generation, "peak_bytes": int(peak), "argument_bytes": int(argument),
-        "output_bytes": int(output), "temp_bytes": int(temp), "hbm_bytes_per_device": hbm, "fits_hbm": peak <= hbm,
+        "output_bytes": int(output), "alias_bytes": int(memory.alias_size_in_bytes), "temp_bytes": int(temp), "hbm_bytes_per_device": hbm, "fits_hbm": peak <= hbm,
         "flops": flops, "bytes_accessed": accessed,
         "est_seconds": max(flops / peak_flops, accessed / bandwidth),
         "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes accessed / HBM bandwidth); "

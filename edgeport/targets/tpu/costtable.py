@@ -12,10 +12,34 @@ import re
 
 from edgeport.targets.tpu.cost import CHIP_SOURCES, gpus, per_million, prices, roofline
 
-METHOD = ("ESTIMATE: step time = max(FLOPs / peak FLOP/s, bytes accessed / HBM bandwidth) per device, FLOPs, bytes "
-          "and peak memory from libtpu's compiler at each batch; tokens/s per slice = batch / step time (data-parallel "
-          "slices split the batch; a replicated one computes it on every chip); $/1M = price per hour x chips / "
-          "(tokens/s x 3600) x 1e6. No host dispatch, collectives or scheduling; GPU rows use the same FLOPs and bytes.")
+METHOD = ("ESTIMATE: step time = max(FLOPs / peak FLOP/s, bytes moved / HBM bandwidth) per device. FLOPs from libtpu's "
+          "cost analysis; bytes moved = the step's arguments read once (weights, KV cache, inputs) + its outputs not "
+          "written in place into a donated input + its temporary buffers written and read once, all from libtpu's "
+          "memory analysis (see traffic_bytes); the cost analysis' own 'bytes accessed' is shown beside it, not used. "
+          "tokens/s per slice = batch / step time (data-parallel slices split the batch; a replicated one computes it "
+          "on every chip); $/1M = price per hour x chips / (tokens/s x 3600) x 1e6. No host dispatch, collectives or "
+          "scheduling; GPU rows use the same FLOPs and bytes.")
+# Why not the cost analysis' "bytes accessed": it sums every top-level op's operand and result bytes in every
+# memory space. On a TPU the compiler stages weights and the KV cache through on-chip VMEM (copy-start /
+# slice-start into S(1) buffers, then the fusion reads them), so each weight byte is counted about three times
+# (HBM read, VMEM write, VMEM read) and per-sequence on-chip intermediates are counted as if they were HBM
+# traffic: 3.3x the weights at batch 1 on the 1B shape (bench/TPU_COST.md, "Where the compiler's bytes went").
+BYTES_BASIS = "arguments + outputs - aliased + 2 x temp (memory analysis)"
+COMPILER_BASIS = "bytes accessed (cost analysis: every op, every memory space)"
+
+
+def traffic_bytes(row: dict) -> tuple[float, str]:
+    """(bytes one step must move through HBM, its basis) for a compile row. From the memory analysis:
+    arguments read once + outputs not aliased to a donated input written once + temporaries written and read
+    once. A donated cache's in-place update of one slot per sequence is not counted (batch x layers x 2 x
+    kv_heads x head_dim x 2 bytes: 4 MB on the 1B shape at batch 128). A temp buffer reused by several ops
+    counts once, and an argument read only in part (an embedding table gathered by id) counts whole. A row
+    without the memory analysis' sizes (older reports) falls back to the compiler's bytes accessed."""
+    sizes = [row.get(k) for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")]
+    if any(v is None for v in sizes):
+        return float(row["bytes_accessed"]), COMPILER_BASIS
+    argument, output, alias, temp = (float(v) for v in sizes)
+    return argument + max(0.0, output - alias) + 2.0 * temp, BYTES_BASIS
 
 
 def cost_block(rows: list[dict], config: dict, generative: bool, base_batch: int = 1) -> dict:
@@ -49,19 +73,21 @@ def _tpu_entry(row: dict, prefill: dict | None, gen, price: dict | None, base_ba
     devices = row.get("devices") or 1
     chips = max(1, devices // gen.devices_per_chip)
     peak, bandwidth = gen.peak_flops / gen.devices_per_chip, gen.hbm_bytes_per_s / gen.devices_per_chip
-    seconds, bound = roofline(row["flops"], row["bytes_accessed"], peak, bandwidth)
+    moved, basis = traffic_bytes(row)
+    seconds, bound = roofline(row["flops"], moved, peak, bandwidth)
     items = row["batch"] * base_batch
     slice_rate = items / seconds if seconds > 0 else 0.0
     usd = price["usd_per_chip_hour"] * chips if price else None
     entry.update(chips=chips, sharding=row.get("sharding"), peak_bytes=row["peak_bytes"],
                  hbm_bytes=row["hbm_bytes_per_device"], fits=bool(row["fits_hbm"]),
                  over_hbm_bytes=max(0, row["peak_bytes"] - row["hbm_bytes_per_device"]),
-                 flops=row["flops"], bytes_accessed=row["bytes_accessed"], step_seconds=seconds, bound=bound,
+                 flops=row["flops"], bytes_moved=moved, bytes_basis=basis, bytes_accessed=row["bytes_accessed"],
+                 step_seconds=seconds, bound=bound,
                  compiler_step_seconds=row.get("compiler_est_seconds"), tokens_per_s=slice_rate,
                  tokens_per_s_per_chip=slice_rate / chips, usd_per_hour=usd, usd_per_million=per_million(usd, slice_rate),
                  price_source=price["source"] if price else "no list price: set [tpu.prices]")
     if prefill and prefill.get("ok"):
-        p_seconds, p_bound = roofline(prefill["flops"], prefill["bytes_accessed"], peak, bandwidth)
+        p_seconds, p_bound = roofline(prefill["flops"], traffic_bytes(prefill)[0], peak, bandwidth)
         tokens = items * _prefill_len(prefill)
         entry.update(prefill_tokens_per_s=tokens / p_seconds if p_seconds > 0 else None, prefill_bound=p_bound,
                      prefill_fits=bool(prefill["fits_hbm"]))
@@ -83,8 +109,9 @@ def _gpu_entry(name: str, spec: dict, rows: list[dict], step: str, batch: int, b
         return {**entry, "error": "no TPU compile at this batch to take FLOPs and bytes from"}
     row = min(single, key=lambda r: r.get("devices") or 1)
     scale = (row.get("devices") or 1) if row.get("sharding") == "data-parallel" else 1
-    flops, accessed, peak = row["flops"] * scale, row["bytes_accessed"] * scale, row["peak_bytes"] * scale
-    seconds, bound = roofline(flops, accessed, spec["peak_flops"], spec["hbm_bytes_per_s"])
+    (moved, basis), accessed = traffic_bytes(row), row["bytes_accessed"] * scale
+    flops, moved, peak = row["flops"] * scale, moved * scale, row["peak_bytes"] * scale
+    seconds, bound = roofline(flops, moved, spec["peak_flops"], spec["hbm_bytes_per_s"])
     rate = batch * base_batch / seconds if seconds > 0 else 0.0
     measured = (spec.get("tokens_per_s") or {}).get(str(batch))
     if measured:
@@ -92,11 +119,12 @@ def _gpu_entry(name: str, spec: dict, rows: list[dict], step: str, batch: int, b
     prefill = [r for r in rows if r["program"].startswith("prefill") and r["batch"] == batch and r.get("ok")
                and r["topology"] == row["topology"]]
     if prefill:
-        p_seconds, _bound = roofline(prefill[0]["flops"] * scale, prefill[0]["bytes_accessed"] * scale,
+        p_seconds, _bound = roofline(prefill[0]["flops"] * scale, traffic_bytes(prefill[0])[0] * scale,
                                      spec["peak_flops"], spec["hbm_bytes_per_s"])
         entry["prefill_tokens_per_s"] = batch * base_batch * _prefill_len(prefill[0]) / p_seconds if p_seconds > 0 else None
     entry.update(peak_bytes=peak, hbm_bytes=spec["memory_bytes"], fits=peak <= spec["memory_bytes"],
-                 over_hbm_bytes=max(0, int(peak - spec["memory_bytes"])), flops=flops, bytes_accessed=accessed,
+                 over_hbm_bytes=max(0, int(peak - spec["memory_bytes"])), flops=flops, bytes_moved=moved,
+                 bytes_basis=basis, bytes_accessed=accessed,
                  step_seconds=batch * base_batch / rate if rate else None, bound=bound, tokens_per_s=rate,
                  tokens_per_s_per_chip=rate, usd_per_hour=spec["usd_per_hour"],
                  usd_per_million=per_million(spec["usd_per_hour"], rate))
