@@ -90,6 +90,7 @@ def test_forward_sweep_compiles_each_batch_and_writes_the_page(tmp_path):
     assert sweep[4]["ok"] and sweep[4]["flops"] == pytest.approx(4 * sweep[1]["flops"], rel=0.05)
     tpu = {e["batch"]: e for e in block["rows"] if e["kind"] == "tpu"}
     assert tpu[4]["tokens_per_s"] > tpu[1]["tokens_per_s"] and sum(bool(e.get("best")) for e in tpu.values()) == 1
+    assert {e["bytes_basis"] for e in tpu.values()} == {costtable.BYTES_BASIS}, "batch 1 reused, batch 4 swept: one basis"
     assert {e["hardware"] for e in block["rows"] if e["kind"] == "gpu"} == {"H100", "A100"}
     share = row["tpu_compile_share"]  # issue 38: the compiles' share of the conversion, sweep included
     assert 0 < share["share"] <= 1 and share["compile_seconds"] >= block["sweep_compile_seconds"]
@@ -183,6 +184,7 @@ def test_text_generation_sweep_reports_decode_and_prefill(tmp_path):
     tpu = {e["batch"]: e for e in block["rows"] if e["kind"] == "tpu"}
     assert tpu[8]["peak_bytes"] > tpu[1]["peak_bytes"], "batch 8 holds eight KV caches"
     assert tpu[8]["prefill_tokens_per_s"] > 0 and json.dumps(block)
+    assert tpu[8]["bytes_basis"] == costtable.BYTES_BASIS and tpu[8]["bytes_moved"] < tpu[8]["bytes_accessed"]
 
 
 def test_parallel_sweep_keeps_request_order_and_stays_serial_for_big_programs():

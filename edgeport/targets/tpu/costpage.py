@@ -11,7 +11,10 @@ from pathlib import Path
 from edgeport.validate.sections import ReportSection
 
 TITLE = "Should this model move to TPU? tokens/s and $ per 1M {unit} per generation x topology x batch (ESTIMATES)"
-HEADERS = ("variant", "hardware", "batch", "fits memory", "peak MiB/device", "step µs", "bound", "tokens/s (slice)",
+# "GB moved" is what the roofline divides by the bandwidth; "GB compiler" the cost analysis' bytes accessed, shown
+# so the two can be compared (edgeport.targets.tpu.costtable.traffic_bytes says why the first is used)
+HEADERS = ("variant", "hardware", "batch", "fits memory", "peak MiB/device", "step µs", "bound", "GB moved/step",
+           "GB compiler", "tokens/s (slice)",
            "tokens/s per chip", "prefill tokens/s", "$/hour", "$/1M", "basis", "best")
 FORWARD_HEADERS = tuple(h.replace("tokens/s", "inferences/s") for h in HEADERS)
 
@@ -33,11 +36,12 @@ def cells(variant: str, e: dict) -> list[str]:
     from edgeport.validate.render import fmt
 
     if not e.get("ok"):
-        return [variant, e["hardware"], str(e["batch"]), "no compile", *["–"] * 8, e.get("error") or "", ""][:len(HEADERS)]
+        return [variant, e["hardware"], str(e["batch"]), "no compile", *["–"] * 10, e.get("error") or "", ""][:len(HEADERS)]
     fits = "yes" if e["fits"] else f"NO: over by {_gib(e['over_hbm_bytes'])} ({e['peak_bytes'] / e['hbm_bytes']:.1f}x)"
     money = lambda v, f=".3g": "–" if v is None else f"${v:{f}}"  # noqa: E731
     return [variant, e["hardware"], str(e["batch"]), fits, fmt(e["peak_bytes"] / 2**20, ".1f"),
             fmt(e["step_seconds"] * 1e6 if e.get("step_seconds") else None, ".3g"), e["bound"],
+            fmt(e.get("bytes_moved", e["bytes_accessed"]) / 1e9, ".3g"), fmt(e["bytes_accessed"] / 1e9, ".3g"),
             fmt(e["tokens_per_s"], ".4g"), fmt(e["tokens_per_s_per_chip"], ".4g"), fmt(e.get("prefill_tokens_per_s"), ".4g"),
             money(e.get("usd_per_hour"), ".2f"), money(e.get("usd_per_million")),
             "measured" if e["estimate"] == "measured" else "roofline estimate", "BEST" if e.get("best") else ""]
