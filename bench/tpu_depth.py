@@ -41,9 +41,11 @@ def compile_rows(shape: str, layers: int, tmp: Path, batches: list[int], topolog
 
     from edgeport.pipeline.tasks.text_generation.export import export_generation
     from edgeport.pipeline.tasks.text_generation.plan import GenerationPlan
+    from edgeport.pipeline.tasks.text_generation.rows import rewritten_programs
     from edgeport.sources.spec import SourceOptions
     from edgeport.targets.base import GenerativeJob
     from edgeport.targets.tpu.generate import convert
+    from edgeport.targets.tpu.target import TARGET
 
     config = T.LlamaConfig(max_position_embeddings=2048, **{**SHAPES[shape], "num_hidden_layers": layers},
                            **tiny_lm.SPECIAL)
@@ -53,7 +55,9 @@ def compile_rows(shape: str, layers: int, tmp: Path, batches: list[int], topolog
     del model
     plan = GenerationPlan((prefill,), cache, 4, "llama", [], [])
     exported = export_generation(SourceOptions(model=f"hf:{model_dir}"), plan, tmp / f"out_{layers}")
-    job = GenerativeJob(exported.programs, exported.samples, exported.layout.to_json(), "bf16",
+    programs, applied, _notes = rewritten_programs(TARGET, exported.programs, exported.samples)  # as the CLI does
+    print(f"  [{layers} layers] rewrites: {', '.join(applied) or 'none'}", flush=True)
+    job = GenerativeJob(programs, exported.samples, exported.layout.to_json(), "bf16",
                         tmp / f"out_{layers}" / "tpu", {"tpu_topology": topologies,
                                                         "tpu_batch": [",".join(map(str, batches))]},
                         progress=lambda step: print(f"  [{layers} layers] {step}", flush=True))

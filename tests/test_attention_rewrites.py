@@ -293,6 +293,23 @@ def test_prefill_from_an_empty_cache_attends_only_the_prompt_slots():
     assert torch.allclose(result.program.module()(*args), CausalPrefill()(*args), atol=1e-6)
 
 
+@pytest.mark.parametrize("model, args", [(TwoLayerDecode, _decode_feeds()),
+                                         (CausalPrefill, (torch.randn(1, 4, 3, 16), torch.randn(1, 2, 3, 16),
+                                                          torch.randn(1, 2, 3, 16)))])
+def test_tpu_grouped_attention_is_plain_matmuls_and_exact(model, args):
+    """The TPU target's grouping (``grouped_query_attention_matmul``): no LiteRT op left, no cache repeated
+    over the query heads (no live expand of a 5-D cache: repeat_kv's own nodes are left dead, for the compiler to
+    drop), and the same values as eager."""
+    result = R.apply_rewrites(torch.export.export(model(), args, strict=False), args, ["grouped_query_attention_matmul"])
+    assert result.applied == ["grouped_query_attention_matmul"]
+    targets = [str(n.target) for n in result.program.graph.nodes if n.op == "call_function"]
+    assert not any("bmm_4d" in t or "scaled_dot_product" in t for t in targets), targets
+    expands = [n for n in result.program.graph.nodes if str(n.target) == "aten.expand.default" and len(n.args[1]) == 5
+               and any(use.users for use in n.users)]
+    assert not expands, "the kv heads are still repeated"
+    assert torch.allclose(result.program.module()(*args), model()(*args), atol=1e-6)
+
+
 def test_litert_attention_has_no_key_transpose_and_one_select_for_all_layers(tmp_path):
     """The op-count promise the decode speed rests on (bench/GENERATION.md): the scores read the keys as the
     cache stores them (no TRANSPOSE), the bool mask is turned into an additive mask once (one SELECT_V2,

@@ -251,10 +251,13 @@ def test_compiler_bytes_are_shown_and_the_roofline_uses_the_bytes_a_step_moves()
     assert old["rows"][0]["bytes_basis"] == costtable.COMPILER_BASIS, "a row without memory sizes says what it used"
 
 
-def test_bf16_decode_keeps_its_kv_cache_in_bf16(tmp_path):
-    """The bf16 variant's decode takes and returns its KV cache in bf16 and never widens the cache to float32
-    inside (a float32 cache boundary, torchax's index_put promotion and a float32 query promoting the
-    repeated cache in the attention matmul each made a step read, convert and rewrite the whole cache)."""
+def test_bf16_decode_keeps_its_kv_cache_in_bf16_and_unrepeated(tmp_path):
+    """The bf16 variant's decode (after the TPU target's rewrites, as the CLI runs it) takes and returns its KV
+    cache in bf16, never widens the cache to float32 inside (a float32 cache boundary, torchax's index_put
+    promotion and a float32 query promoting the cache in the attention matmul each made a step read, convert
+    and rewrite the whole cache) and never repeats it over the query heads (grouped-query attention's
+    repeat_kv: a temporary of heads / kv_heads caches per layer and step)."""
+    import math
     import re
 
     import jax
@@ -262,14 +265,18 @@ def test_bf16_decode_keeps_its_kv_cache_in_bf16(tmp_path):
 
     from edgeport.pipeline.tasks.text_generation.export import export_generation
     from edgeport.pipeline.tasks.text_generation.plan import GenerationPlan
+    from edgeport.pipeline.tasks.text_generation.rows import rewritten_programs
     from edgeport.sources.spec import SourceOptions
     from edgeport.targets.base import GenerativeJob
     from edgeport.targets.tpu.generate import convert
+    from edgeport.targets.tpu.target import TARGET
 
     model_dir = tiny_lm.save(tiny_lm.build("llama"), tmp_path / "llama")
     exported = export_generation(SourceOptions(model=f"hf:{model_dir}"), GenerationPlan((8,), 64, 2, "llama", [], []),
                                  tmp_path / "export")
-    job = GenerativeJob(exported.programs, exported.samples, exported.layout.to_json(), "bf16", tmp_path / "tpu",
+    programs, applied, _notes = rewritten_programs(TARGET, exported.programs, exported.samples)
+    assert "grouped_query_attention_matmul" in applied, applied
+    job = GenerativeJob(programs, exported.samples, exported.layout.to_json(), "bf16", tmp_path / "tpu",
                         {"tpu_topology": ["none"]}, artifact_only=True)
     folder = convert(job).artifact
     meta = json.loads((folder / "meta.json").read_text())["signatures"]["decode"]
@@ -277,5 +284,9 @@ def test_bf16_decode_keeps_its_kv_cache_in_bf16(tmp_path):
     assert caches and {t["dtype"] for t in caches} == {"bfloat16"}, caches
     rows, head_dim = caches[0]["shape"][2:]
     program = jax.export.deserialize(bytearray((folder / "decode.jax_export").read_bytes())).mlir_module()
-    widened = [t for t in re.findall(r"tensor<([0-9x]+)xf32>", program) if t.endswith(f"x{rows}x{head_dim}")]
-    assert not widened, f"float32 tensors of cache rows in the bf16 decode: {sorted(set(widened))}"
+    rows_of = [(t, dtype) for t, dtype in re.findall(r"tensor<([0-9x]+)x(f32|bf16)>", program) if t.endswith(f"x{rows}x{head_dim}")]
+    widened = {t for t, dtype in rows_of if dtype == "f32"}
+    assert not widened, f"float32 tensors of cache rows in the bf16 decode: {sorted(widened)}"
+    one_cache = math.prod(caches[0]["shape"])
+    repeated = {t for t, _dtype in rows_of if math.prod(int(d) for d in t.split("x")) > one_cache}
+    assert not repeated, f"the cache repeated over query heads: {sorted(repeated)}"

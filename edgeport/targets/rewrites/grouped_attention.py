@@ -64,6 +64,18 @@ def _plain(node) -> bool:
 @node_rewrite("grouped_query_attention", ops=(SDPA,),
               fixes="grouped/multi-query attention repeats the whole KV cache per query head every step")
 def grouped_query_attention(gm, node) -> bool:
+    return _group(gm, node, grouped_sdpa)
+
+
+@node_rewrite("grouped_query_attention_matmul", ops=(SDPA,),
+              fixes="grouped/multi-query attention repeats the whole KV cache per query head every step (TPU: "
+                    "the repeated cache was a temporary in HBM, written and read per layer and per step)")
+def grouped_query_attention_matmul(gm, node) -> bool:
+    """The same grouping with plain ``torch.matmul`` (no LiteRT op), for targets that lower aten themselves."""
+    return _group(gm, node, grouped_sdpa_matmul)
+
+
+def _group(gm, node, fn) -> bool:
     if not _plain(node):
         return False
     query, key, value = node.args[:3]
@@ -78,7 +90,7 @@ def grouped_query_attention(gm, node) -> bool:
         if found_k is None or found_v is None or found_k[1] != found_v[1] or found_k[1] == 1:
             return False
         key, value = found_k[0], found_v[0]
-    return retarget(gm, node, grouped_sdpa, query, key, value, mask)
+    return retarget(gm, node, fn, query, key, value, mask)
 
 
 def retarget(gm, node, fn, query, key, value, mask) -> bool:
@@ -99,8 +111,18 @@ def retarget(gm, node, fn, query, key, value, mask) -> bool:
 def grouped_sdpa(query, key, value, mask=None, *, scale=None, keep=None):
     """softmax(q k^T * scale + mask) v with q's heads grouped onto k/v's heads, over the first ``keep``
     slots when given (see the module docstring). ``mask`` is additive (float)."""
-    import torch
     from litert_torch.generative.custom_ops.bmm_4d import bmm_4d
+
+    return _grouped(query, key, value, mask, scale, keep, bmm_4d)
+
+
+def grouped_sdpa_matmul(query, key, value, mask=None, *, scale=None, keep=None):
+    """:func:`grouped_sdpa` with the scores as ``q @ k^T`` (XLA reads the transposed cache in the dot)."""
+    return _grouped(query, key, value, mask, scale, keep, lambda q, k: q @ k.transpose(-1, -2))
+
+
+def _grouped(query, key, value, mask, scale, keep, scores_of):
+    import torch
 
     b, heads, t, d = query.shape
     if keep is not None:
@@ -109,7 +131,7 @@ def grouped_sdpa(query, key, value, mask=None, *, scale=None, keep=None):
     kv = key.shape[1]
     g = heads // kv
     scale = d ** -0.5 if scale is None else scale
-    scores = bmm_4d(query.reshape(b, kv, g * t, d), key) * scale
+    scores = scores_of(query.reshape(b, kv, g * t, d), key) * scale
     if mask is not None:
         scores = scores + _flat_mask(mask, kv, g, t)
     weights = torch.softmax(scores, dim=-1)

@@ -421,7 +421,7 @@ TARGET = Target(
     report_sections=all_sections,
     pieces=pieces,
     merge_pieces=merge_pieces,
-    rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops"),
+    rewrites=("upcast_fp32", "conv_padding_numeric", "inline_custom_ops", "grouped_query_attention_matmul"),
     slow_ops=cuda_ties,   # `check --target tpu`: what ties the model to CUDA, each with its fix (.blockers)
     refuses=(("aten.conv2d.padding", "'immutable_list' object does not support mutation"),),
 )
