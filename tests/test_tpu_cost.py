@@ -91,6 +91,7 @@ def test_forward_sweep_compiles_each_batch_and_writes_the_page(tmp_path):
     tpu = {e["batch"]: e for e in block["rows"] if e["kind"] == "tpu"}
     assert tpu[4]["tokens_per_s"] > tpu[1]["tokens_per_s"] and sum(bool(e.get("best")) for e in tpu.values()) == 1
     assert {e["bytes_basis"] for e in tpu.values()} == {costtable.BYTES_BASIS}, "batch 1 reused, batch 4 swept: one basis"
+    assert sweep[1]["argument_bytes"] > 0 and sweep[4]["alias_bytes"] == 0, "the report keeps what the bytes came from"
     assert {e["hardware"] for e in block["rows"] if e["kind"] == "gpu"} == {"H100", "A100"}
     share = row["tpu_compile_share"]  # issue 38: the compiles' share of the conversion, sweep included
     assert 0 < share["share"] <= 1 and share["compile_seconds"] >= block["sweep_compile_seconds"]

@@ -24,6 +24,13 @@ def project_config(notes: list) -> dict:
         return {}
 
 
+# what the report keeps of each sweep compile: enough to recompute its table row (the memory sizes are the
+# roofline's bytes, costtable.traffic_bytes)
+SWEEP_KEYS = ("program", "batch", "topology", "ok", "peak_bytes", "flops", "bytes_accessed", "argument_bytes",
+              "output_bytes", "alias_bytes", "temp_bytes", "compiler_est_seconds", "compile_seconds", "reused", "devices",
+              "sharding", "hbm_bytes_per_device", "fits_hbm")
+
+
 def run_cost(options: dict, programs: list[dict], topologies: list, precision: str, generative: bool,
              out_dir: Path, label: str, notes: list, progress=lambda _s: None, known: list[dict] = ()) -> dict | None:
     """The ``tpu_cost`` block for ``programs`` (see :func:`.sweep.sweep`), or None without ``--tpu-batch``
@@ -46,10 +53,7 @@ def run_cost(options: dict, programs: list[dict], topologies: list, precision: s
                      f"did not compile: {failed.get('error')}")
     block = cost_block(rows, project_config(notes), generative, _base_batch(programs))
     block.update(batches=batches, sweep_compile_seconds=round(seconds, 3),
-                 sweep=[{k: r.get(k) for k in ("program", "batch", "topology", "ok", "peak_bytes", "flops",
-                                               "bytes_accessed", "compiler_est_seconds", "compile_seconds", "reused",
-                                               "devices", "sharding", "hbm_bytes_per_device", "fits_hbm")}
-                        for r in rows])
+                 sweep=[{k: r.get(k) for k in SWEEP_KEYS} for r in rows])
     page = out_dir / f"cost_{label}.html"
     write_page(block, page, label)
     block["page"] = str(page.relative_to(out_dir.parent))
