@@ -2,8 +2,9 @@
 of the real shape (every width, vocab, cache and batch as the model's) and extrapolated in depth.
 
 Why: one libtpu AOT compile of all 16 layers of Llama-3.2-1B's shape ran over 22 minutes here; a 2- and a
-4-layer copy compile in minutes. A decoder's layers are identical, so per step FLOPs, bytes accessed, peak HBM
-and the compiler's own estimate are affine in the layer count: v(L) = v(b) + (L - b) * (v(b) - v(a)) / (b - a).
+4-layer copy compile in minutes. A decoder's layers are identical, so per step FLOPs, bytes accessed, peak HBM,
+the memory analysis' argument / output / aliased sizes and the compiler's own estimate are affine in the layer
+count (temporaries are not quite: the check prints them): v(L) = v(b) + (L - b) * (v(b) - v(a)) / (b - a).
 The extrapolation is checked in the same run: a third depth is compiled for real at a subset of batches and
 compared with what the two shallow depths predict for it (the "check" lines: predicted / compiled). The table
 is then :func:`edgeport.targets.tpu.costtable.cost_block` over the extrapolated compile rows, so every number

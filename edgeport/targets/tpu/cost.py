@@ -1,8 +1,8 @@
 """Tokens/s and $/1M tokens per TPU generation x topology x batch, beside GPU reference rows: the table an
 engineering manager reads to decide whether to move a model to TPU.
 
-Every number is traceable: FLOPs, bytes accessed and peak HBM per step come from libtpu's compiler
-(:mod:`.sweep`); chip peaks from :data:`edgeport.targets.tpu.aot.GENERATIONS` (sources in
+Every number is traceable: FLOPs (cost analysis), the bytes a step moves and peak HBM (memory analysis) per
+step come from libtpu's compiler (:mod:`.sweep`, :func:`.costtable.traffic_bytes`); chip peaks from :data:`edgeport.targets.tpu.aot.GENERATIONS` (sources in
 :data:`CHIP_SOURCES`); prices from :data:`DEFAULT_PRICES` or ``[tpu.prices]`` / ``[gpu.references]`` in
 edgeport.toml. The speed is a roofline: step time = max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) per
 device, and the larger term names the bound. It is an ESTIMATE (no dispatch, no collectives, perfect
