@@ -46,7 +46,7 @@ def _sinks(s, scores):
 
 def _cache_step(s, q, k, v, cache_k, cache_v, cache_len):
     """A static-cache decode step as transformers writes it: index_copy_ at cache_len + arange(T), then
-    SDPA on repeated kv heads (grouped_query_attention, kv_write_dynamic_update_slice)."""
+    SDPA on repeated kv heads (grouped_query_attention[_matmul], kv_write_dynamic_update_slice)."""
     index = torch.arange(k.shape[2]) + cache_len
     cache_k = cache_k.index_copy(2, index, k)
     cache_v = cache_v.index_copy(2, index, v)
@@ -89,6 +89,7 @@ def examples() -> dict:
         "expand_before_transpose": (lambda s, k: k[:, :, None].expand(1, 1, 4, 8, 16).reshape(1, 4, 8, 16).transpose(2, 3) * 1.0,
                                     {"k": torch.randn(1, 1, 8, 16)}, {}),
         "grouped_query_attention": (_cache_step, step, {}),
+        "grouped_query_attention_matmul": (_cache_step, step, {}),
         "kv_write_dynamic_update_slice": (_cache_step, step, {}),
         "attention_matmul": (_cache_step, step, {}),
         "functional_cache_write": (_cache_write_in_place, {n: step[n] for n in ("k", "cache_k", "cache_len")}, {}),

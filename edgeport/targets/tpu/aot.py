@@ -237,7 +237,10 @@ def compile_for_topologies(topologies: list[Topology], compile_input: CompileInp
 
 
 def _analysis(compiled, topology: Topology, devices: int) -> dict:
-    """Per-device memory and cost from the compiler, the HBM check and the roofline latency estimate."""
+    """Per-device memory and cost from the compiler, the HBM check and the roofline latency estimate (its bytes
+    from the memory analysis, as the cost table's: :func:`edgeport.targets.tpu.costtable.traffic_bytes`)."""
+    from edgeport.targets.tpu.costtable import traffic_bytes
+
     gen = topology.spec
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis() or {}
@@ -248,13 +251,16 @@ def _analysis(compiled, topology: Topology, devices: int) -> dict:
     hbm = gen.hbm_bytes // gen.devices_per_chip
     flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
     peak_flops, bandwidth = gen.peak_flops / gen.devices_per_chip, gen.hbm_bytes_per_s / gen.devices_per_chip
+    sizes = {"argument_bytes": int(argument), "output_bytes": int(output), "alias_bytes": int(memory.alias_size_in_bytes),
+             "temp_bytes": int(temp)}
+    moved, _basis = traffic_bytes(sizes)
     return {
-        "generation": topology.generation, "peak_bytes": int(peak), "argument_bytes": int(argument),
-        "output_bytes": int(output), "alias_bytes": int(memory.alias_size_in_bytes), "temp_bytes": int(temp), "hbm_bytes_per_device": hbm, "fits_hbm": peak <= hbm,
-        "flops": flops, "bytes_accessed": accessed,
-        "est_seconds": max(flops / peak_flops, accessed / bandwidth),
-        "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes accessed / HBM bandwidth); "
-                      "excludes host dispatch and launch overhead",
+        "generation": topology.generation, "peak_bytes": int(peak), **sizes, "hbm_bytes_per_device": hbm,
+        "fits_hbm": peak <= hbm, "flops": flops, "bytes_accessed": accessed,
+        "est_seconds": max(flops / peak_flops, moved / bandwidth),
+        "est_method": "roofline estimate per device: max(flops / peak FLOP/s, bytes moved / HBM bandwidth), bytes "
+                      "moved = arguments + outputs - aliased + 2 x temp (memory analysis); excludes host dispatch "
+                      "and launch overhead",
         "compiler_est_seconds": _compiler_estimate(cost),
     }
 
