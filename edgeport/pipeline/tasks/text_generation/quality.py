@@ -200,7 +200,7 @@ QUALITY_BUDGETS = {
     "bf16": {"kld_mean_max": 0.01, "kld_p99_max": 0.1, "top1_agreement_min": 0.95},
     "weight-int8": {"kld_mean_max": 0.05, "kld_p99_max": 0.25, "top1_agreement_min": 0.85},
     "dynamic-int8": {"kld_mean_max": 0.05, "kld_p99_max": 0.25, "top1_agreement_min": 0.85},
-    "int4-block32": {"kld_mean_max": 0.2, "kld_p99_max": 1.5, "top1_agreement_min": 0.75},
+    "int4-block32": {"kld_mean_max": 0.2, "kld_p99_max": 1.5, "top1_agreement_min": 0.75, "checks_drop_max": 0.1},
 }
 
 
