@@ -88,6 +88,7 @@ def test_a_budget_no_allowed_search_meets_fails_and_says_how_far_it_got(tmp_path
                      tmp_path / "text.txt", "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "1",
                      "--budget", "onnx.int4-block32.kld_mean_max=1e-9", "-j", "2", "--out", tmp_path / "out", timeout=900)
     assert result.returncode == 1, result.stderr
+    assert "--fallback float: 1 group(s) float fail: mean KLD" in result.stdout + result.stderr, result.stdout   # why, as it happens
     fp32 = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "fp32")
     assert "worker process exited" in fp32["error"], fp32
     row = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "int4-block32")

@@ -99,7 +99,8 @@ def _search(row, support, quantizer, built, session, staging: Path, say, judged)
         failures = quality_failures(sim, _tightened(budget, margin))
         failures = failures or _check_failures(candidate(), session, budget)
         record["search"].append({**_step(sim, k, quantizer.measured, not failures), **_why(failures)})
-        if failures:
+        if failures:   # said as it happens: a search stopped by --row-timeout keeps no record, only its log
+            say(f"--fallback {mode}: {k} group(s) {mode} fail: {'; '.join(failures)}")
             continue
         say(f"--fallback {mode}: rebuilding with {k} group(s) {mode}, judged again")
         real = _rebuild(row, support, quantizer, floats, session, staging, budget, judged)
