@@ -244,3 +244,26 @@ def test_a_non_finite_perplexity_is_written_as_the_schema_allows(converted, tmp_
     written = write_json(tmp_path / "report.json", broken)
     assert rows(written)["dynamic-int8"]["quality"]["ppl"] == "inf"
     jsonschema.validate(json.loads((tmp_path / "report.json").read_text()), json.loads(REPORT_SCHEMA.read_text()))
+
+
+def test_a_search_candidate_answers_only_the_firm_checks_and_stops_at_the_loss_that_breaks_the_budget():
+    """A candidate's checks stop once the budget is broken (a failing candidate costs a few answers, not the
+    file); checks PyTorch failed or passed through a near-tie cannot decide the gate, so they are not asked."""
+    from edgeport.pipeline.tasks.text_generation.checks import lost_past_budget
+
+    checks = [{"name": f"c{i}", "kind": "contains", "expected": "yes"} for i in range(12)]
+    reference = [(i != 0, None, "", 0.01 if i == 1 else 0.5) for i in range(12)]   # c0 failed, c1 a near-tie
+    asked = []
+
+    def answer(check):
+        asked.append(check["name"])
+        return "no" if check["name"] in ("c2", "c3", "c5") else "yes"
+
+    # 10 firm checks, 0.1 allows 1 lost: the second loss (c3) ends it
+    assert lost_past_budget(checks, reference, 0.1, answer) == [
+        "task checks: lost 2 of the 10 PyTorch passes firmly, more than checks_drop_max 0.1 allows "
+        "(stopped there; lost: c2, c3)"]
+    assert asked == ["c2", "c3"]
+    asked.clear()
+    assert lost_past_budget(checks, reference, 0.3, answer) == []   # 3 of 10 allowed: every firm check asked
+    assert asked == [f"c{i}" for i in range(2, 12)]

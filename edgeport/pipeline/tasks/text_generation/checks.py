@@ -206,3 +206,33 @@ def checks_drop(results: list[dict]) -> tuple[float, list[str], list[str], int]:
     lost = [r["name"] for r in firm if not r["passed"]]
     fragile = [r["name"] for r in results if r["reference_passed"] and r.get("fragile") and not r["passed"]]
     return (len(lost) / len(firm) if firm else 0.0), lost, fragile, len(firm)
+
+
+def candidate_check_failures(runner, layout, prepared: dict, budget: dict) -> list[str]:
+    """The checks gate on a precision-search candidate, answering only what can decide it: the checks PyTorch
+    passed firmly, in file order, stopping at the first loss the budget cannot absorb. A failing candidate
+    (most of a search's) then costs a few answers instead of the whole file (24 SmolLM2 answers took ~2.3 min
+    a candidate, 9x its KLD); the rebuilt winner is judged on every check like any row."""
+    from edgeport.validate.parity import gates
+
+    if not gates(budget, "checks_drop_max"):
+        return []
+    tokenizer = prepared["tokenizer"]
+    return lost_past_budget(prepared["checks"], prepared["reference"], budget["checks_drop_max"],
+                            lambda check: answer_all(runner, layout, [check], tokenizer)[0])
+
+
+def lost_past_budget(checks: list[dict], reference: list[tuple], drop_max: float, answer) -> list[str]:
+    """``answer(check)`` for each firm check until more are lost than ``drop_max`` of them allows: the
+    failure line then (as :func:`checks_failures` would give for the whole file), else nothing."""
+    import math
+
+    firm = [c for c, (ok, _, _, margin) in zip(checks, reference) if ok and not (margin is not None and margin < FRAGILE_MARGIN)]
+    allowed, lost = math.floor(drop_max * len(firm) + 1e-9), []
+    for check in firm:
+        if not holds(check, answer(check))[0]:
+            lost.append(check["name"])
+        if len(lost) > allowed:
+            return [f"task checks: lost {len(lost)} of the {len(firm)} PyTorch passes firmly, more than "
+                    f"checks_drop_max {drop_max:g} allows (stopped there; lost: {', '.join(lost[:3])})"]
+    return []

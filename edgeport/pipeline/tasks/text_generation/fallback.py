@@ -143,12 +143,12 @@ def _check_failures(runner, session, budget: dict) -> list[str]:
     """The task checks (--checks) on a candidate that meets the quality budget: the simulation gives the
     artifact's logits, so a check the rebuilt artifact would lose is lost here, without a rebuild."""
     from edgeport.core.memory import release
-    from edgeport.pipeline.tasks.text_generation.checks import checks_failures, run_checks
+    from edgeport.pipeline.tasks.text_generation.checks import candidate_check_failures
 
     if getattr(session, "checks", None) is None:
         return []
     try:
-        return checks_failures(run_checks(runner, session.layout, session.checks), budget)
+        return candidate_check_failures(runner, session.layout, session.checks, budget)
     finally:
         runner.close()
         release(session.weight_bytes)
