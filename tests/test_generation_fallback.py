@@ -3,6 +3,8 @@ groups that cost the most KLD in float, is rebuilt and judged again on the same 
 (random llama, 2 blocks: 5 groups) converted to ONNX int4-block32 with a mean-KLD budget its full int4 misses
 (0.00030 measured) and one float group meets (lm_head float: 0.00019)."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -18,10 +20,12 @@ def convert_searched(root, target: str, keep: str, budget: float):
     ``--fallback keep`` allowed every group (the searches' shared conversion)."""
     model = tiny_gguf.write(root / "tiny.gguf")
     (root / "text.txt").write_text(TEXT)
+    # a check every answer holds: the candidates that meet the budget go through the search's checks gate too
+    (root / "checks.json").write_text(json.dumps([{"name": "any", "prompt": "Hello", "regex": "", "max_new_tokens": 2}]))
     out = root / "out"
     result = run_cli("convert", model, "-t", target, "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
                      "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", root / "text.txt",
-                     "--eval-tokens", "40", "--fallback", keep, "--fallback-max", "100%",
+                     "--eval-tokens", "40", "--fallback", keep, "--fallback-max", "100%", "--checks", root / "checks.json",
                      "--budget", f"{target}.int4-block32.kld_mean_max={budget}", "--out", out, timeout=900)
     return result, out
 
@@ -41,6 +45,7 @@ def test_row_over_budget_keeps_groups_float_and_passes_rebuilt(searched):
     q = row["quantization"]
     assert row["status"] == "ok" and q["before"]["kld_mean"] > BUDGET >= row["quality"]["kld_mean"]
     assert q["after"]["kld_mean"] == row["quality"]["kld_mean"]
+    assert row["checks"]["passed"] == row["checks"]["total"] == 1 and row["checks"]["lost"] == 0
     floats = [layer["name"] for layer in q["float_layers"]]
     assert floats and len(floats) < q["layers"] == 5 and all(layer["why"].startswith("--fallback float") for layer in q["float_layers"])
     assert q["search"][0] == {**q["search"][0], "float_layers": 0, "measured": "artifact", "passed": False}
@@ -88,6 +93,7 @@ def test_a_budget_no_allowed_search_meets_fails_and_says_how_far_it_got(tmp_path
                      tmp_path / "text.txt", "--eval-tokens", "40", "--fallback", "float", "--fallback-max", "1",
                      "--budget", "onnx.int4-block32.kld_mean_max=1e-9", "-j", "2", "--out", tmp_path / "out", timeout=900)
     assert result.returncode == 1, result.stderr
+    assert "--fallback float: 1 group(s) float fail: mean KLD" in result.stdout + result.stderr, result.stdout   # why, as it happens
     fp32 = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "fp32")
     assert "worker process exited" in fp32["error"], fp32
     row = next(r for r in read_report(tmp_path / "out")["targets"] if r["variant"] == "int4-block32")

@@ -131,13 +131,38 @@ def test_checks_hold_and_gate_on_the_drop():
     block = {"total": 4, "passed": 2, "reference_passed": 3, "pass_rate": 0.5, "reference_pass_rate": 0.75,
              "results": [{"name": "a", "passed": False, "reference_passed": True}]}
     assert "lost: a" in checks_failures(block, {"checks_drop_max": 0.0})[0]
-    assert checks_failures(block, {"checks_drop_max": 0.25}) == []
+    assert checks_failures(block, {"checks_drop_max": 1.0}) == []   # the one firm pass PyTorch had, lost
     block["results"][0]["fragile"] = True   # PyTorch's own pass was a near-tie: losing it is not counted
     assert checks_failures(block, {"checks_drop_max": 0.0}) == []
     block["results"].append({"name": "b", "passed": False, "reference_passed": True, "fragile": False})
     block.update(passed=1, pass_rate=0.25)
     assert checks_failures(block, {"checks_drop_max": 0.0}) == [
-        "task checks: 1/4 pass vs PyTorch's 3/4 (drop 0.250 > 0; lost: b; not counted, near-ties in PyTorch: a)"]
+        "task checks: 1/4 pass vs PyTorch's 3/4 (lost 1 of the 1 PyTorch passes firmly, drop 1.000 > 0; lost: b; "
+        "not counted, near-ties in PyTorch: a)"]
+
+
+def test_the_checks_drop_is_a_share_of_what_pytorch_passes_and_a_gain_buys_nothing_back():
+    """20 checks, PyTorch passes 10 firmly: losing 2 is a 0.2 drop (not 2/20), and passing a check PyTorch
+    failed does not offset a lost one (the old net pass-rate difference would have read 0 here)."""
+    from edgeport.pipeline.tasks.text_generation.checks import checks_drop, checks_failures
+
+    results = [{"name": f"p{i}", "passed": i >= 2, "reference_passed": True} for i in range(10)]
+    results += [{"name": f"f{i}", "passed": i < 2, "reference_passed": False} for i in range(10)]
+    assert checks_drop(results) == (0.2, ["p0", "p1"], [], 10)
+    block = {"total": 20, "passed": 10, "reference_passed": 10, "results": results}
+    assert "lost 2 of the 10 PyTorch passes firmly, drop 0.200 > 0.1" in checks_failures(block, {"checks_drop_max": 0.1})[0]
+    assert checks_failures(block, {"checks_drop_max": 0.2}) == []
+    results[0]["fragile"] = True   # a near-tie leaves the numerator and the denominator
+    assert checks_drop(results) == (1 / 9, ["p1"], ["p0"], 9)
+
+
+def test_int4_may_lose_one_check_in_ten_other_variants_none():
+    from edgeport.pipeline.tasks.text_generation.judge import generation_budget
+
+    assert generation_budget({}, "int4-block32")["checks_drop_max"] == 0.1
+    assert generation_budget({}, "dynamic-int8")["checks_drop_max"] == 0.0
+    assert generation_budget({}, "fp32")["checks_drop_max"] == 0.0
+    assert generation_budget({"checks_drop_max": 0.0}, "int4-block32")["checks_drop_max"] == 0.0
 
 
 def test_a_checks_margin_is_taken_up_to_where_the_answer_holds():
@@ -219,3 +244,26 @@ def test_a_non_finite_perplexity_is_written_as_the_schema_allows(converted, tmp_
     written = write_json(tmp_path / "report.json", broken)
     assert rows(written)["dynamic-int8"]["quality"]["ppl"] == "inf"
     jsonschema.validate(json.loads((tmp_path / "report.json").read_text()), json.loads(REPORT_SCHEMA.read_text()))
+
+
+def test_a_search_candidate_answers_only_the_firm_checks_and_stops_at_the_loss_that_breaks_the_budget():
+    """A candidate's checks stop once the budget is broken (a failing candidate costs a few answers, not the
+    file); checks PyTorch failed or passed through a near-tie cannot decide the gate, so they are not asked."""
+    from edgeport.pipeline.tasks.text_generation.checks import lost_past_budget
+
+    checks = [{"name": f"c{i}", "kind": "contains", "expected": "yes"} for i in range(12)]
+    reference = [(i != 0, None, "", 0.01 if i == 1 else 0.5) for i in range(12)]   # c0 failed, c1 a near-tie
+    asked = []
+
+    def answer(check):
+        asked.append(check["name"])
+        return "no" if check["name"] in ("c2", "c3", "c5") else "yes"
+
+    # 10 firm checks, 0.1 allows 1 lost: the second loss (c3) ends it
+    assert lost_past_budget(checks, reference, 0.1, answer) == [
+        "task checks: lost 2 of the 10 PyTorch passes firmly, more than checks_drop_max 0.1 allows "
+        "(stopped there; lost: c2, c3)"]
+    assert asked == ["c2", "c3"]
+    asked.clear()
+    assert lost_past_budget(checks, reference, 0.3, answer) == []   # 3 of 10 allowed: every firm check asked
+    assert asked == [f"c{i}" for i in range(2, 12)]

@@ -66,7 +66,7 @@ REFERENCE_PRECISION = {"bf16": BF16, "fp16": FP16}
 # edgeport.validate.payoff once every row of the run is in)
 # kld_mean_max / kld_p99_max / top1_agreement_min: text-generation rows only, on teacher-forced real text
 # (edgeport.pipeline.tasks.text_generation.quality gives their per-variant defaults); checks_drop_max: the share
-# of --checks PyTorch passes that an artifact may fail (text_generation.checks; default 0)
+# of --checks PyTorch passes that an artifact may fail (text_generation.checks; default 0, int4-block32 0.1)
 QUALITY_KEYS = ("kld_mean_max", "kld_p99_max", "top1_agreement_min", "checks_drop_max")
 BUDGET_KEYS = ("max_abs_err", "max_rel_err", "cosine_min", "snr_db_min", "topk_agreement_min", "topk",
                "token_agreement_min", "max_size_ratio", "max_latency_ratio", *QUALITY_KEYS)

@@ -99,7 +99,8 @@ def _search(row, support, quantizer, built, session, staging: Path, say, judged)
         failures = quality_failures(sim, _tightened(budget, margin))
         failures = failures or _check_failures(candidate(), session, budget)
         record["search"].append({**_step(sim, k, quantizer.measured, not failures), **_why(failures)})
-        if failures:
+        if failures:   # said as it happens: a search stopped by --row-timeout keeps no record, only its log
+            say(f"--fallback {mode}: {k} group(s) {mode} fail: {'; '.join(failures)}")
             continue
         say(f"--fallback {mode}: rebuilding with {k} group(s) {mode}, judged again")
         real = _rebuild(row, support, quantizer, floats, session, staging, budget, judged)
@@ -142,12 +143,12 @@ def _check_failures(runner, session, budget: dict) -> list[str]:
     """The task checks (--checks) on a candidate that meets the quality budget: the simulation gives the
     artifact's logits, so a check the rebuilt artifact would lose is lost here, without a rebuild."""
     from edgeport.core.memory import release
-    from edgeport.pipeline.tasks.text_generation.checks import checks_failures, run_checks
+    from edgeport.pipeline.tasks.text_generation.checks import candidate_check_failures
 
     if getattr(session, "checks", None) is None:
         return []
     try:
-        return checks_failures(run_checks(runner, session.layout, session.checks), budget)
+        return candidate_check_failures(runner, session.layout, session.checks, budget)
     finally:
         runner.close()
         release(session.weight_bytes)

@@ -32,7 +32,7 @@ def generation_budget(budget: dict, variant: str) -> dict:
     out.setdefault("token_agreement_min", TOKEN_AGREEMENT_DEFAULT.get(variant, TOKEN_AGREEMENT_REDUCED))
     from edgeport.pipeline.tasks.text_generation.checks import DROP_DEFAULT
 
-    for key, value in {**QUALITY_BUDGETS.get(variant, {}), "checks_drop_max": DROP_DEFAULT}.items():
+    for key, value in {"checks_drop_max": DROP_DEFAULT, **QUALITY_BUDGETS.get(variant, {})}.items():
         out.setdefault(key, value)
     if isinstance(out.get("builtin"), dict):
         out["builtin"] = generation_budget(out["builtin"], variant)

@@ -195,12 +195,15 @@ def measure(runner, layout: Layout, ref: QualityReference) -> dict:
 # model that answers like the original, so the budget (llama.cpp's "usable 4-bit" range scaled to a 135M
 # model) fails it until layers are kept in higher precision. weight-int8 keeps float activations: at most
 # dynamic-int8's. fp16/bf16 were not measured on the real checkpoint here: their budgets are rounding-error sized.
+# checks_drop_max (int4-block32 only; others 0): bench/llm_checks.json's 24 checks, 23 of them passed firmly by
+# PyTorch, are all kept by ONNX fp32; ONNX int4-block32 loses 7 of the 23 (drop 0.30: wrong answers PyTorch gave
+# with margins 0.07-0.65, not near-ties). A 4-bit model may flip an answer; 1 in 10 is the most an app can ship.
 QUALITY_BUDGETS = {
     "fp16": {"kld_mean_max": 0.002, "kld_p99_max": 0.02, "top1_agreement_min": 0.98},
     "bf16": {"kld_mean_max": 0.01, "kld_p99_max": 0.1, "top1_agreement_min": 0.95},
     "weight-int8": {"kld_mean_max": 0.05, "kld_p99_max": 0.25, "top1_agreement_min": 0.85},
     "dynamic-int8": {"kld_mean_max": 0.05, "kld_p99_max": 0.25, "top1_agreement_min": 0.85},
-    "int4-block32": {"kld_mean_max": 0.2, "kld_p99_max": 1.5, "top1_agreement_min": 0.75},
+    "int4-block32": {"kld_mean_max": 0.2, "kld_p99_max": 1.5, "top1_agreement_min": 0.75, "checks_drop_max": 0.1},
 }
 
 
