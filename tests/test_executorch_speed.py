@@ -100,3 +100,53 @@ def test_an_unrolled_lstm_lowers_as_one_partition(tmp_path):
     save(edge, tmp_path / "lstm.pte")
     out = ExecuTorchRunner(tmp_path / "lstm.pte", 1).run([x.numpy()])[0]
     np.testing.assert_allclose(out, module(x).detach().numpy(), atol=1e-5)
+
+
+def test_provenance_chains_are_shared_not_deep_copied_while_lowering():
+    """Every re-tracing pass deep-copied each node's whole ``from_node`` chain (27 of 117 s lowering a 6-layer
+    SmolLM2); inside ``shared_provenance`` the new chain is a new list over the same ``NodeSource`` objects."""
+    import torch.fx.traceback as fx_traceback
+
+    from edgeport.core.provenance import shared_provenance
+
+    graph = torch.fx.symbolic_trace(nn.ReLU()).graph
+    node = next(iter(graph.nodes))
+    node.meta["from_node"] = [fx_traceback.NodeSource(node, "earlier")]
+    copied = fx_traceback.NodeSource(node, "outside")
+    assert copied.from_node[0] is not node.meta["from_node"][0]   # torch's own behaviour: a deep copy
+    with shared_provenance():
+        shared = fx_traceback.NodeSource(node, "inside")
+    assert shared.from_node[0] is node.meta["from_node"][0] and shared.from_node is not node.meta["from_node"]
+    assert shared.from_node[0].pass_name == "earlier"
+    assert fx_traceback.NodeSource(node, "after").from_node[0] is not node.meta["from_node"][0]   # restored
+
+
+class Norms(nn.Module):
+    """Linears around two RMSNorms (one without keepdim): each mean over the last dim cut XNNPACK's graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+        self.weight = nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        h = h * torch.rsqrt(h.pow(2).mean(dim=2).unsqueeze(-1) + 1e-6)
+        return self.b(h)
+
+
+def test_a_norm_over_the_last_dim_stays_inside_xnnpack(tmp_path):
+    """``mean(x, -1)`` becomes XNNPACK's global average pooling over a (rows, 1, last, 1) view: one partition."""
+    from edgeport.targets.executorch.delegation import summary
+    from edgeport.targets.executorch.lower import lower, save
+    from edgeport.targets.executorch.runtime import ExecuTorchRunner
+
+    torch.manual_seed(0)
+    module, x = Norms().eval(), torch.randn(2, 5, 16)
+    edge = lower({"forward": torch.export.export(module, (x,))})
+    block = summary(edge)
+    assert block["partitions"] == 1 and not any("mean" in op for op in block["portable_ops"]), block
+    save(edge, tmp_path / "norms.pte")
+    out = ExecuTorchRunner(tmp_path / "norms.pte", 1).run([x.numpy()])[0]
+    np.testing.assert_allclose(out, module(x).detach().numpy(), atol=1e-5)

@@ -42,11 +42,12 @@ def edge_program(programs: dict, io: dict | None = None, dynamic_quant: bool = F
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
+    from edgeport.core.provenance import shared_provenance
     from edgeport.targets.executorch.views import delegable_views
 
     constants = {IO_METHOD: json.dumps(io)} if io is not None else None
     try:
-        with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied():
+        with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied(), shared_provenance():
             warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
             return to_edge_transform_and_lower(programs, transform_passes=[delegable_views],
                                                partitioner=partitioners(dynamic_quant), constant_methods=constants)
@@ -79,8 +80,10 @@ def save(edge, path: Path) -> None:
 
     import torch
 
+    from edgeport.core.provenance import shared_provenance
+
     try:
-        with torch.no_grad(), warnings.catch_warnings(), cpu_tracing():
+        with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), shared_provenance():
             warnings.simplefilter("ignore")
             program = edge.to_executorch()
             with open(path, "wb") as f:

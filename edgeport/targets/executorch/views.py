@@ -9,6 +9,12 @@ issue's 1.4M-parameter speaker encoder ran >16 min at 7.2 GB. With static shapes
 a reshape, which XNNPACK runs (``slice_copy`` with stride 1, ``view_copy``): rewritten here, the whole recurrence
 is one partition (bench/executorch_int8.py --lstm measures before/after). The same rewrite delegates the odd
 squeeze/unsqueeze of any model (CREPE's ``audio[:, None, :, None]``).
+
+A mean over the last dimension (every RMSNorm: two per transformer layer) is the same: XNNPACK
+averages only the two inner dimensions of a 4-D tensor, so each norm cut the layer into three partitions and
+ran on the portable kernels. As a view to ``(rows, 1, last, 1)``, a mean over dims 2 and 3 and a view back it
+is XNNPACK's global average pooling (a channel dimension of 1: no layout change); a 6-layer SmolLM2's two
+methods went from 42 XNNPACK partitions to 18 (bench/LARGE_GENERATION.md, "ExecuTorch conversion time").
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ def delegable_views(graph_module):
             changed |= _to_view(graph_module.graph, node, node.args[0], aten)
         elif node.target == aten.select_copy.int:
             changed |= _select_to_slice(graph_module.graph, node, aten)
+        elif node.target == aten.mean.dim:
+            changed |= _last_dim_mean_to_pool(graph_module.graph, node, aten)
     if changed:
         graph_module.graph.eliminate_dead_code()
         graph_module.recompile()
@@ -94,6 +102,31 @@ def _select_to_slice(graph, node, aten) -> bool:
         view = graph.call_function(aten.view_copy.default, (piece, out))
     value = node.meta.get("val")
     piece.meta = {**node.meta, "val": value.unsqueeze(dim) if value is not None else None}
+    view.meta = dict(node.meta)
+    node.replace_all_uses_with(view)
+    graph.erase_node(node)
+    return True
+
+
+def _last_dim_mean_to_pool(graph, node, aten) -> bool:
+    """``mean(x, [-1])`` of a float tensor as ``view(mean(view(x, (rows, 1, last, 1)), [2, 3], keepdim))``."""
+    import math
+
+    source = node.args[0]
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    shape, out = _static_shape(source), _static_shape(node)
+    value = source.meta.get("val")
+    if shape is None or out is None or not shape or node.kwargs.get("dtype") is not None \
+            or not getattr(value, "is_floating_point", lambda: False)() \
+            or list(dims or ()) not in ([-1], [len(shape) - 1]):
+        return False
+    rows = math.prod(shape[:-1])
+    with graph.inserting_before(node):
+        flat = graph.call_function(aten.view_copy.default, (source, [rows, 1, shape[-1], 1]))
+        pooled = graph.call_function(aten.mean.dim, (flat, [2, 3], True))
+        view = graph.call_function(aten.view_copy.default, (pooled, out))
+    flat.meta = {**source.meta, "val": value.reshape(rows, 1, shape[-1], 1)}
+    pooled.meta = {**node.meta, "val": flat.meta["val"].mean(dim=(2, 3), keepdim=True)}
     view.meta = dict(node.meta)
     node.replace_all_uses_with(view)
     graph.erase_node(node)
