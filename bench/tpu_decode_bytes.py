@@ -5,7 +5,7 @@ layers and a small vocabulary (random weights, nothing downloads), exports it th
 target's rewrites, the bf16 lowering), lowers decode at each batch as the sweep does (``jax.vmap``) and
 compiles it for v5e:1x1 in this process. Prints per batch: the cost analysis' bytes accessed and how much of
 it is writes, the memory analysis' sizes (arguments, outputs, aliased, temporaries), the bytes a step moves
-(:func:`edgeport.targets.tpu.costtable.traffic_bytes`) against weights + batch x KV cache from the shapes, and
+(:func:`edgeport.targets.tpu.cost.traffic_bytes`) against weights + batch x KV cache from the shapes, and
 the compiled program's largest ops by operand + result bytes (``--top``), each marked when its result lives
 on-chip (memory space S(n) in the HLO layout: VMEM staging).
 
@@ -102,7 +102,7 @@ def main() -> None:
 def report(lowered, names: list[str], applied: list[str], batches: list[int], top: int) -> None:
     from edgeport.targets.tpu.aot import parse_topology
     from edgeport.targets.tpu.aot_child import _compile
-    from edgeport.targets.tpu.costtable import traffic_bytes
+    from edgeport.targets.tpu.cost import traffic_bytes
     from edgeport.targets.tpu.sweep import batched_export
     from edgeport.targets.tpu.target import _weight_avals
 

@@ -252,6 +252,16 @@ def test_compiler_bytes_are_shown_and_the_roofline_uses_the_bytes_a_step_moves()
     assert old["rows"][0]["bytes_basis"] == costtable.COMPILER_BASIS, "a row without memory sizes says what it used"
 
 
+def test_temporaries_count_at_most_what_the_hbm_peak_leaves():
+    # the tests' tiny Llama's batch-1 decode as libtpu analysed it: 0.90 MB of temporaries in a 0.77 MB peak
+    row = {**compile_row("decode", 1, "v5e:1x1", 1e6, 3.69e6, 768512), "argument_bytes": 595968,
+           "output_bytes": 68096, "alias_bytes": 66560, "temp_bytes": 901120}
+    moved, basis = cost.traffic_bytes(row)
+    live_temp = 768512 - 595968 - (68096 - 66560)
+    assert basis == costtable.BYTES_BASIS and moved == pytest.approx(595968 + 1536 + 2 * live_temp)
+    assert moved < 768512 * 2 < 595968 + 1536 + 2 * 901120, "capped by the peak, not the analysis' temporaries"
+
+
 def test_bf16_decode_keeps_its_kv_cache_in_bf16_and_unrepeated(tmp_path):
     """The bf16 variant's decode (after the TPU target's rewrites, as the CLI runs it) takes and returns its KV
     cache in bf16, never widens the cache to float32 inside (a float32 cache boundary, torchax's index_put

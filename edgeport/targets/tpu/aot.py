@@ -238,8 +238,8 @@ def compile_for_topologies(topologies: list[Topology], compile_input: CompileInp
 
 def _analysis(compiled, topology: Topology, devices: int) -> dict:
     """Per-device memory and cost from the compiler, the HBM check and the roofline latency estimate (its bytes
-    from the memory analysis, as the cost table's: :func:`edgeport.targets.tpu.costtable.traffic_bytes`)."""
-    from edgeport.targets.tpu.costtable import traffic_bytes
+    from the memory analysis, as the cost table's: :func:`edgeport.targets.tpu.cost.traffic_bytes`)."""
+    from edgeport.targets.tpu.cost import traffic_bytes
 
     gen = topology.spec
     memory = compiled.memory_analysis()

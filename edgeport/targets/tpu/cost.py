@@ -2,7 +2,7 @@
 engineering manager reads to decide whether to move a model to TPU.
 
 Every number is traceable: FLOPs (cost analysis), the bytes a step moves and peak HBM (memory analysis) per
-step come from libtpu's compiler (:mod:`.sweep`, :func:`.costtable.traffic_bytes`); chip peaks from :data:`edgeport.targets.tpu.aot.GENERATIONS` (sources in
+step come from libtpu's compiler (:mod:`.sweep`, :func:`.cost.traffic_bytes`); chip peaks from :data:`edgeport.targets.tpu.aot.GENERATIONS` (sources in
 :data:`CHIP_SOURCES`); prices from :data:`DEFAULT_PRICES` or ``[tpu.prices]`` / ``[gpu.references]`` in
 edgeport.toml. The speed is a roofline: step time = max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) per
 device, and the larger term names the bound. It is an ESTIMATE (no dispatch, no collectives, perfect
@@ -90,3 +90,27 @@ def roofline(flops: float, accessed: float, peak_flops: float, bandwidth: float)
 
 def per_million(usd_per_hour: float | None, tokens_per_s: float) -> float | None:
     return usd_per_hour / (tokens_per_s * 3600.0) * 1e6 if usd_per_hour and tokens_per_s > 0 else None
+
+
+BYTES_BASIS = "arguments + outputs - aliased + 2 x temp (memory analysis)"
+COMPILER_BASIS = "bytes accessed (cost analysis: every op, every memory space)"
+
+
+def traffic_bytes(row: dict) -> tuple[float, str]:
+    """(bytes one step must move through HBM, its basis) for a compile row. From the memory analysis:
+    arguments read once + outputs not aliased to a donated input written once + temporaries written and read
+    once. A donated cache's in-place update of one slot per sequence is not counted (batch x layers x 2 x
+    kv_heads x head_dim x 2 bytes: 4 MB on the 1B shape at batch 128). A temp buffer reused by several ops
+    counts once, and an argument read only in part (an embedding table gathered by id) counts whole. The
+    temporaries count at most what the program's HBM peak leaves beside its arguments and outputs: on a tiny
+    model the analysis reports temporaries larger than the whole peak (buffers that never reach HBM at once),
+    which made its batch-1 step "move" more than its batch-8 one (bench/TPU_COST.md, "Tiny Llama"). A row
+    without the memory analysis' sizes (older reports) falls back to the compiler's bytes accessed."""
+    sizes = [row.get(k) for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")]
+    if any(v is None for v in sizes):
+        return float(row["bytes_accessed"]), COMPILER_BASIS
+    argument, output, alias, temp = (float(v) for v in sizes)
+    written = max(0.0, output - alias)
+    if row.get("peak_bytes"):
+        temp = min(temp, max(0.0, float(row["peak_bytes"]) - argument - written))
+    return argument + written + 2.0 * temp, BYTES_BASIS

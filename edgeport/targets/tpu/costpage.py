@@ -12,7 +12,7 @@ from edgeport.validate.sections import ReportSection
 
 TITLE = "Should this model move to TPU? tokens/s and $ per 1M {unit} per generation x topology x batch (ESTIMATES)"
 # "GB moved" is what the roofline divides by the bandwidth; "GB compiler" the cost analysis' bytes accessed, shown
-# so the two can be compared (edgeport.targets.tpu.costtable.traffic_bytes says why the first is used)
+# so the two can be compared (edgeport.targets.tpu.cost.traffic_bytes says why the first is used)
 HEADERS = ("variant", "hardware", "batch", "fits memory", "peak MiB/device", "step µs", "bound", "GB moved/step",
            "GB compiler", "tokens/s (slice)",
            "tokens/s per chip", "prefill tokens/s", "$/hour", "$/1M", "basis", "best")

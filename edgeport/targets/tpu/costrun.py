@@ -25,7 +25,7 @@ def project_config(notes: list) -> dict:
 
 
 # what the report keeps of each sweep compile: enough to recompute its table row (the memory sizes are the
-# roofline's bytes, costtable.traffic_bytes)
+# roofline's bytes, cost.traffic_bytes)
 SWEEP_KEYS = ("program", "batch", "topology", "ok", "peak_bytes", "flops", "bytes_accessed", "argument_bytes",
               "output_bytes", "alias_bytes", "temp_bytes", "compiler_est_seconds", "compile_seconds", "reused", "devices",
               "sharding", "hbm_bytes_per_device", "fits_hbm")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from edgeport.targets.tpu.cost import CHIP_SOURCES, gpus, per_million, prices, roofline
+from edgeport.targets.tpu.cost import (BYTES_BASIS, CHIP_SOURCES, COMPILER_BASIS, gpus, per_million,  # noqa: F401
+                                      prices, roofline, traffic_bytes)
 
 METHOD = ("ESTIMATE: step time = max(FLOPs / peak FLOP/s, bytes moved / HBM bandwidth) per device. FLOPs from libtpu's "
           "cost analysis; bytes moved = the step's arguments read once (weights, KV cache, inputs) + its outputs not "
@@ -24,24 +25,6 @@ METHOD = ("ESTIMATE: step time = max(FLOPs / peak FLOP/s, bytes moved / HBM band
 # slice-start into S(1) buffers, then the fusion reads them), so each weight byte is counted about three times
 # (HBM read, VMEM write, VMEM read) and per-sequence on-chip intermediates are counted as if they were HBM
 # traffic: 3.3x the weights at batch 1 on the 1B shape (bench/TPU_COST.md, "Where the compiler's bytes went").
-BYTES_BASIS = "arguments + outputs - aliased + 2 x temp (memory analysis)"
-COMPILER_BASIS = "bytes accessed (cost analysis: every op, every memory space)"
-
-
-def traffic_bytes(row: dict) -> tuple[float, str]:
-    """(bytes one step must move through HBM, its basis) for a compile row. From the memory analysis:
-    arguments read once + outputs not aliased to a donated input written once + temporaries written and read
-    once. A donated cache's in-place update of one slot per sequence is not counted (batch x layers x 2 x
-    kv_heads x head_dim x 2 bytes: 4 MB on the 1B shape at batch 128). A temp buffer reused by several ops
-    counts once, and an argument read only in part (an embedding table gathered by id) counts whole. A row
-    without the memory analysis' sizes (older reports) falls back to the compiler's bytes accessed."""
-    sizes = [row.get(k) for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")]
-    if any(v is None for v in sizes):
-        return float(row["bytes_accessed"]), COMPILER_BASIS
-    argument, output, alias, temp = (float(v) for v in sizes)
-    return argument + max(0.0, output - alias) + 2.0 * temp, BYTES_BASIS
-
-
 def cost_block(rows: list[dict], config: dict, generative: bool, base_batch: int = 1) -> dict:
     """The block from the sweep's compile rows (``program``, ``batch``, ``topology`` + the compiler's analysis)."""
     from edgeport.targets.tpu.aot import GENERATIONS, parse_topology
