@@ -44,7 +44,8 @@ def cnn_compile(spec: str, tmp: Path) -> dict:
     from edgeport.targets.tpu.aot import CompileInput, compile_for_topologies, parse_topology
     from edgeport.targets.tpu.costtable import cost_block
     from edgeport.targets.tpu.sweep import batched_export, sweep
-    from edgeport.targets.tpu.target import TARGET, _weight_avals, lower_program
+    from edgeport.targets.tpu.lowering import lower_program
+    from edgeport.targets.tpu.target import TARGET, _weight_avals
 
     loaded = load_model(SourceOptions(model=str(REPO / spec)))
     program = export_program(loaded.module, loaded.example_inputs)

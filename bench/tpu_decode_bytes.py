@@ -39,7 +39,8 @@ def decode_program(layers: int, vocab: int, cache: int, tmp: Path):
     from edgeport.pipeline.tasks.text_generation.plan import GenerationPlan
     from edgeport.pipeline.tasks.text_generation.rows import rewritten_programs
     from edgeport.sources.spec import SourceOptions
-    from edgeport.targets.tpu.target import TARGET, lower_program
+    from edgeport.targets.tpu.lowering import lower_program
+    from edgeport.targets.tpu.target import TARGET
 
     shape = {**SHAPES["llama-3.2-1b"], "num_hidden_layers": layers, "vocab_size": vocab}
     model = T.LlamaForCausalLM(T.LlamaConfig(max_position_embeddings=2048, **shape, **tiny_lm.SPECIAL)).eval()

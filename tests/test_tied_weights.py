@@ -78,7 +78,7 @@ def test_programs_of_one_model_share_their_converted_weights():
     import torch
 
     from edgeport.targets._jax import prefer_cpu_backend
-    from edgeport.targets.tpu.target import lower_program
+    from edgeport.targets.tpu.lowering import lower_program
 
     prefer_cpu_backend()
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).eval()
@@ -120,7 +120,7 @@ def test_program_weights_view_their_jax_copies_not_the_mapped_buffer():
     import torch
 
     from edgeport.targets._jax import prefer_cpu_backend
-    from edgeport.targets.tpu.target import lower_program
+    from edgeport.targets.tpu.lowering import lower_program
 
     prefer_cpu_backend()
     model, flat = unaligned_model()

@@ -258,7 +258,7 @@ def test_mutated_buffers_do_not_become_outputs():
     import torch
 
     from edgeport.core.program import export_program
-    from edgeport.targets.tpu.target import lower_program
+    from edgeport.targets.tpu.lowering import lower_program
     from edgeport.targets._jax import prefer_cpu_backend
 
     prefer_cpu_backend()

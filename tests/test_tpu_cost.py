@@ -90,7 +90,7 @@ def test_forward_sweep_compiles_each_batch_and_writes_the_page(tmp_path):
     assert sweep[4]["ok"] and sweep[4]["flops"] == pytest.approx(4 * sweep[1]["flops"], rel=0.05)
     tpu = {e["batch"]: e for e in block["rows"] if e["kind"] == "tpu"}
     assert tpu[4]["tokens_per_s"] > tpu[1]["tokens_per_s"] and sum(bool(e.get("best")) for e in tpu.values()) == 1
-    assert {e["bytes_basis"] for e in tpu.values()} == {costtable.BYTES_BASIS}, "batch 1 reused, batch 4 swept: one basis"
+    assert {e["bytes_basis"] for e in tpu.values()} == {cost.BYTES_BASIS}, "batch 1 reused, batch 4 swept: one basis"
     assert sweep[1]["argument_bytes"] > 0 and sweep[4]["alias_bytes"] == 0, "the report keeps what the bytes came from"
     assert {e["hardware"] for e in block["rows"] if e["kind"] == "gpu"} == {"H100", "A100"}
     share = row["tpu_compile_share"]  # issue 38: the compiles' share of the conversion, sweep included
@@ -185,7 +185,7 @@ def test_text_generation_sweep_reports_decode_and_prefill(tmp_path):
     tpu = {e["batch"]: e for e in block["rows"] if e["kind"] == "tpu"}
     assert tpu[8]["peak_bytes"] > tpu[1]["peak_bytes"], "batch 8 holds eight KV caches"
     assert tpu[8]["prefill_tokens_per_s"] > 0 and json.dumps(block)
-    assert tpu[8]["bytes_basis"] == costtable.BYTES_BASIS and tpu[8]["bytes_moved"] < tpu[8]["bytes_accessed"]
+    assert tpu[8]["bytes_basis"] == cost.BYTES_BASIS and tpu[8]["bytes_moved"] < tpu[8]["bytes_accessed"]
 
 
 def test_parallel_sweep_keeps_request_order_and_stays_serial_for_big_programs():
@@ -245,11 +245,11 @@ def test_compiler_bytes_are_shown_and_the_roofline_uses_the_bytes_a_step_moves()
     block = costtable.cost_block([row], {}, generative=True)
     tpu = next(e for e in block["rows"] if e["kind"] == "tpu")
     assert tpu["bytes_moved"] == pytest.approx(4.1e9) and tpu["bytes_accessed"] == 8.19e9
-    assert tpu["bytes_basis"] == costtable.BYTES_BASIS and tpu["step_seconds"] == pytest.approx(4.1e9 / 819e9)
+    assert tpu["bytes_basis"] == cost.BYTES_BASIS and tpu["step_seconds"] == pytest.approx(4.1e9 / 819e9)
     h100 = next(e for e in block["rows"] if e["hardware"] == "H100")
     assert h100["bytes_moved"] == pytest.approx(4.1e9) and h100["step_seconds"] == pytest.approx(4.1e9 / 3.35e12)
     old = costtable.cost_block([compile_row("decode", 1, "v5e:1x1", 1e9, 8.19e9, 9 * GIB)], {}, generative=True)
-    assert old["rows"][0]["bytes_basis"] == costtable.COMPILER_BASIS, "a row without memory sizes says what it used"
+    assert old["rows"][0]["bytes_basis"] == cost.COMPILER_BASIS, "a row without memory sizes says what it used"
 
 
 def test_temporaries_count_at_most_what_the_hbm_peak_leaves():
@@ -258,7 +258,7 @@ def test_temporaries_count_at_most_what_the_hbm_peak_leaves():
            "output_bytes": 68096, "alias_bytes": 66560, "temp_bytes": 901120}
     moved, basis = cost.traffic_bytes(row)
     live_temp = 768512 - 595968 - (68096 - 66560)
-    assert basis == costtable.BYTES_BASIS and moved == pytest.approx(595968 + 1536 + 2 * live_temp)
+    assert basis == cost.BYTES_BASIS and moved == pytest.approx(595968 + 1536 + 2 * live_temp)
     assert moved < 768512 * 2 < 595968 + 1536 + 2 * 901120, "capped by the peak, not the analysis' temporaries"
 
 

@@ -253,7 +253,7 @@ def _analysis(compiled, topology: Topology, devices: int) -> dict:
     peak_flops, bandwidth = gen.peak_flops / gen.devices_per_chip, gen.hbm_bytes_per_s / gen.devices_per_chip
     sizes = {"argument_bytes": int(argument), "output_bytes": int(output), "alias_bytes": int(memory.alias_size_in_bytes),
              "temp_bytes": int(temp)}
-    moved, _basis = traffic_bytes(sizes)
+    moved, _basis = traffic_bytes({**sizes, "peak_bytes": int(peak)})
     return {
         "generation": topology.generation, "peak_bytes": int(peak), **sizes, "hbm_bytes_per_device": hbm,
         "fits_hbm": peak <= hbm, "flops": flops, "bytes_accessed": accessed,

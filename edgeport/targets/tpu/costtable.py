@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 
-from edgeport.targets.tpu.cost import (BYTES_BASIS, CHIP_SOURCES, COMPILER_BASIS, gpus, per_million,  # noqa: F401
-                                      prices, roofline, traffic_bytes)
+from edgeport.targets.tpu.cost import CHIP_SOURCES, gpus, per_million, prices, roofline, traffic_bytes
 
 METHOD = ("ESTIMATE: step time = max(FLOPs / peak FLOP/s, bytes moved / HBM bandwidth) per device. FLOPs from libtpu's "
           "cost analysis; bytes moved = the step's arguments read once (weights, KV cache, inputs) + its outputs not "

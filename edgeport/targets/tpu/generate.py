@@ -46,7 +46,8 @@ def convert(job: GenerativeJob) -> Converted:
             lowered, entry, serialized = _export(name, program, job, out, precision, converted)
             _merge_weights(weights, lowered.weights)
             tied.update(lowered.tied)
-            donate = tuple(i for i, n in enumerate(job.samples[name]) if n.startswith("cache_")) if name == "decode" else ()
+            caches = cache_inputs(job.samples[name]) if name == "decode" else ()
+            donate = tuple(i for i, n in enumerate(job.samples[name]) if n in caches)
             if topologies:
                 job.progress(f"compile {name} for {', '.join(t.name for t in topologies)}")
             compiles += _compile_all(topologies, CompileInput.of(serialized, lowered), out, donate, name)
@@ -72,6 +73,12 @@ def convert(job: GenerativeJob) -> Converted:
     return Converted(out, details, cacheable=not any("process" in c for c in compiles))
 
 
+def cache_inputs(sample: dict) -> tuple[str, ...]:
+    """The KV cache among a signature's inputs: donated to decode (updated in place) and kept in the variant's
+    dtype across steps."""
+    return tuple(n for n in sample if n.startswith("cache_"))
+
+
 def _sweepable(name: str, lowered, donate: tuple, swept: list) -> list[dict]:
     """The programs a ``--tpu-batch`` sweep compiles: the first prefill (prefill tokens/s) and decode."""
     from edgeport.targets.tpu.target import _weight_avals
@@ -85,12 +92,12 @@ def _sweepable(name: str, lowered, donate: tuple, swept: list) -> list[dict]:
 def _export(name: str, program, job: GenerativeJob, out: Path, precision: str, converted: dict):
     import jax
 
-    from edgeport.targets.tpu.target import _weight_avals, lower_program
+    from edgeport.targets.tpu.lowering import lower_program
+    from edgeport.targets.tpu.target import _weight_avals
 
     sample = job.samples[name]
     # the KV cache stays in the variant's dtype across steps (bf16 in, bf16 out, donated in place)
-    caches = tuple(n for n in sample if n.startswith("cache_"))
-    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()), converted, caches)
+    lowered = lower_program(program, job.variant, list(sample), tuple(sample.values()), converted, cache_inputs(sample))
     with jax.default_matmul_precision(precision):
         exported = jax.export.export(jax.jit(lowered.fn), platforms=("cpu", "tpu"))(
             _weight_avals(lowered.weights), *lowered.input_avals)

@@ -30,7 +30,7 @@ from edgeport.targets.tpu.aot import (DEFAULT_TOPOLOGIES, NO_COMPILE_NOTE, TOPOL
 from edgeport.targets.tpu.blockers import cuda_ties
 from edgeport.targets.tpu.costpage import cost_sections
 from edgeport.targets.tpu.costrun import compile_share, run_cost
-from edgeport.targets.tpu.lowering import Lowered, LoweringError, lower_program, tied_names  # noqa: F401
+from edgeport.targets.tpu.lowering import Lowered, lower_program
 from edgeport.targets.tpu.deploy_parity import bf16_parity, sections as parity_sections
 from edgeport.targets.tpu.runtime import JaxXlaRunner
 from edgeport.targets.tpu.sweep import sweep_topologies, validate_batches

@@ -177,12 +177,17 @@ def run_checks(runner, layout, prepared: dict) -> dict:
     for check, answer, (ref_ok, _, _, margin) in zip(checks, answers, prepared["reference"]):
         ok, why = holds(check, answer)
         results.append({"name": check["name"], "passed": ok, "reference_passed": ref_ok, "answer": answer, "why": why,
-                        "reference_margin": margin, "fragile": margin is not None and margin < FRAGILE_MARGIN})
+                        "reference_margin": margin, "fragile": near_tie(margin)})
     total, passed, ref = len(results), sum(r["passed"] for r in results), sum(r["reference_passed"] for r in results)
     drop, lost, _, counted = checks_drop(results)
     return {"total": total, "passed": passed, "reference_passed": ref, "pass_rate": passed / total,
             "reference_pass_rate": ref / total, "counted": counted, "lost": len(lost), "drop": drop,
             "results": results}
+
+
+def near_tie(margin: float | None) -> bool:
+    """PyTorch passed this check only through a near-tie (see the module docstring)."""
+    return margin is not None and margin < FRAGILE_MARGIN
 
 
 def checks_failures(block: dict, budget: dict) -> list[str]:
@@ -227,7 +232,7 @@ def lost_past_budget(checks: list[dict], reference: list[tuple], drop_max: float
     failure line then (as :func:`checks_failures` would give for the whole file), else nothing."""
     import math
 
-    firm = [c for c, (ok, _, _, margin) in zip(checks, reference) if ok and not (margin is not None and margin < FRAGILE_MARGIN)]
+    firm = [c for c, (ok, _, _, margin) in zip(checks, reference) if ok and not near_tie(margin)]
     allowed, lost = math.floor(drop_max * len(firm) + 1e-9), []
     for check in firm:
         if not holds(check, answer(check))[0]:
