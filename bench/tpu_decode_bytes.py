@@ -39,6 +39,7 @@ def decode_program(layers: int, vocab: int, cache: int, tmp: Path):
     from edgeport.pipeline.tasks.text_generation.plan import GenerationPlan
     from edgeport.pipeline.tasks.text_generation.rows import rewritten_programs
     from edgeport.sources.spec import SourceOptions
+    from edgeport.targets.tpu.generate import cache_inputs
     from edgeport.targets.tpu.lowering import lower_program
     from edgeport.targets.tpu.target import TARGET
 
@@ -49,8 +50,7 @@ def decode_program(layers: int, vocab: int, cache: int, tmp: Path):
                                  tmp / "export")
     programs, applied, _notes = rewritten_programs(TARGET, exported.programs, exported.samples)
     sample = exported.samples["decode"]
-    caches = tuple(n for n in sample if n.startswith("cache_"))
-    lowered = lower_program(programs["decode"], "bf16", list(sample), tuple(sample.values()), {}, caches)
+    lowered = lower_program(programs["decode"], "bf16", list(sample), tuple(sample.values()), {}, cache_inputs(sample))
     return lowered, list(sample), applied
 
 
@@ -104,15 +104,17 @@ def report(lowered, names: list[str], applied: list[str], batches: list[int], to
     from edgeport.targets.tpu.aot import parse_topology
     from edgeport.targets.tpu.aot_child import _compile
     from edgeport.targets.tpu.cost import traffic_bytes
+    from edgeport.targets.tpu.generate import cache_inputs
     from edgeport.targets.tpu.sweep import batched_export
     from edgeport.targets.tpu.target import _weight_avals
 
     weights = _weight_avals(lowered.weights)
     weight_bytes = sum(a.size * a.dtype.itemsize for a in weights.values())
-    kv = sum(a.size * a.dtype.itemsize for n, a in zip(names, lowered.compile_avals) if n.startswith("cache_") and a.ndim == 4)
-    donate = tuple(i for i, n in enumerate(names) if n.startswith("cache_"))
+    caches = cache_inputs(dict.fromkeys(names))
+    kv = sum(a.size * a.dtype.itemsize for n, a in zip(names, lowered.compile_avals) if n in caches and a.ndim == 4)
+    donate = tuple(i for i, n in enumerate(names) if n in caches)
     print(f"rewrites {applied}; weights {weight_bytes / 1e6:.1f} MB, KV cache {kv / 1e6:.3f} MB per sequence "
-          f"({', '.join(sorted({str(a.dtype) for n, a in zip(names, lowered.compile_avals) if n.startswith('cache_')}))})")
+          f"({', '.join(sorted({str(a.dtype) for n, a in zip(names, lowered.compile_avals) if n in caches}))})")
     for batch in batches:
         serialized, avals = batched_export(lowered.fn, weights, lowered.compile_avals, batch, "default")
         compiled, _sharding, _devices = _compile(parse_topology("v5e:1x1"), serialized, avals, donate)
