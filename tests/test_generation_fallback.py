@@ -15,15 +15,17 @@ from test_quality import TEXT
 BUDGET = 0.00025
 
 
-def convert_searched(root, target: str, keep: str, budget: float):
-    """(result, DIR): the tiny GGUF's int4-block32 row on ``target`` over TEXT with a mean-KLD budget and
-    ``--fallback keep`` allowed every group (the searches' shared conversion)."""
+def convert_searched(root, target: str, keep: str, budget: float, also=()):
+    """(result, DIR): the tiny GGUF's int4-block32 row (and the ``also`` variants, on their default budgets)
+    on ``target`` over TEXT with a mean-KLD budget and ``--fallback keep`` allowed every group (the searches'
+    shared conversion)."""
     model = tiny_gguf.write(root / "tiny.gguf")
     (root / "text.txt").write_text(TEXT)
     # a check every answer holds: the candidates that meet the budget go through the search's checks gate too
     (root / "checks.json").write_text(json.dumps([{"name": "any", "prompt": "Hello", "regex": "", "max_new_tokens": 2}]))
     out = root / "out"
-    result = run_cli("convert", model, "-t", target, "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
+    variants = [a for v in also for a in ("-q", v)]
+    result = run_cli("convert", model, "-t", target, *variants, "-q", "int4-block32", "--prefill-len", "8", "--cache-len", "96",
                      "--gen-tokens", "4", "--no-latency", "--no-cache", "--eval-text", root / "text.txt",
                      "--eval-tokens", "40", "--fallback", keep, "--fallback-max", "100%", "--checks", root / "checks.json",
                      "--budget", f"{target}.int4-block32.kld_mean_max={budget}", "--out", out, timeout=900)

@@ -144,11 +144,17 @@ class GenerativeFallback:
     ``keeps``: the precisions a kept group may have (``--fallback float|int8``). For a mode other than
     "float", ``prepare`` gets ``keep=<mode>``, ``runner(quantized, kept=[...])`` runs the kept groups at that
     precision (the others not named stay float: a group's sensitivity is measured alone) and ``build(kept)``
-    keeps them at it; the object says how in ``kept_scheme``."""
+    keeps them at it; the object says how in ``kept_scheme``.
+
+    ``programs``: the quantizer works on the programs, not on an fp32 artifact beside the row's (ExecuTorch
+    quantizes the exported programs before lowering): ``prepare`` also gets ``job``, the row's
+    :class:`GenerativeJob` with every signature's program (the target's rewrites applied), and the session
+    keeps the programs for the judges (they are otherwise let go once every row is built)."""
 
     variants: dict[str, str] = field(hash=False)   # variant -> its quantization scheme, as the report states it
     prepare: Callable[..., Any]
     keeps: tuple[str, ...] = ("float",)
+    programs: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,25 +11,24 @@ out-of-place where nothing reads the input afterwards (each in-place write cost 
 per step). A write it leaves in place makes ExecuTorch return the written-back value ahead of the user
 outputs, and the runner keeps only the user outputs (by count, from the names the file carries).
 
-``dynamic-int8``: PT2E with the XNNPACK quantizer's dynamic config on each method (int8 per-channel linear
-weights, activations quantized per call): no calibration, the scheme ExecuTorch's LLM recipes start from;
-lowered with the dynamically quantized linears partitioned first (:func:`.lower.partitioners`: Qwen3's per-head
+``dynamic-int8``: PT2E with the XNNPACK quantizer's dynamic config on each method (:mod:`.int8`); lowered with the dynamically quantized linears partitioned first (:func:`.lower.partitioners`: Qwen3's per-head
 q/k norms failed the lowering otherwise).
 
 ``int4-block32``: XNNPACK's 8da4w (int4 weights in groups of 32, activations dynamically quantized to int8),
 ExecuTorch's own LLM scheme, through torchao's ``quantize_`` (:mod:`.int4`); lowered the same way.
+
+``--fallback float`` (both quantized variants, :mod:`.gen_fallback`): the same quantizers with the chosen
+weight groups' linears refused (``convert``'s ``quantize``), their candidates simulated in PyTorch.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from edgeport.targets._jax import cpu_tracing
-from edgeport.core.program import capture_mode
-from edgeport.targets._pt2e import calibrated
-from edgeport.targets.base import Converted, GenerativeJob, GenerativeSupport
+from edgeport.targets.base import Converted, GenerativeFallback, GenerativeJob, GenerativeSupport
 from edgeport.targets.executorch.delegation import summary
 from edgeport.targets.executorch.int4 import GROUP, SCHEME, int4_block32
+from edgeport.targets.executorch.int8 import dynamic_int8
 from edgeport.targets.executorch.lower import lower, save, weights_on_disk
 from edgeport.targets.executorch.runtime import ExecuTorchSignatureRunner
 
@@ -38,14 +37,16 @@ def artifact_path(out_dir: Path, variant: str) -> Path:
     return out_dir / f"generate_{variant}.pte"
 
 
-def convert(job: GenerativeJob) -> Converted:
+def convert(job: GenerativeJob, quantize=None) -> Converted:
+    """The row's ``.pte``; ``quantize(weight attribute) -> bool`` (None: every linear the variant takes)
+    leaves the linears it refuses float: the precision search's rebuild (:mod:`.gen_fallback`)."""
     shared, kept_float = {}, []   # the methods' quantized weights, quantized once (their fp32 weights are one storage)
     quantized = job.variant != "fp32"
     if job.variant == "int4-block32":
-        programs = {n: int4_block32(p, job.samples[n], shared, kept_float) for n, p in job.programs.items()}
+        programs = {n: int4_block32(p, job.samples[n], shared, kept_float, quantize) for n, p in job.programs.items()}
     else:
-        programs = {n: dynamic_int8(p, job.samples[n], shared) for n, p in job.programs.items()} if quantized \
-            else job.programs
+        programs = {n: dynamic_int8(p, job.samples[n], shared, quantize) for n, p in job.programs.items()} \
+            if quantized else job.programs
     path = artifact_path(job.out_dir, job.variant)
     with weights_on_disk(job.out_dir):
         edge = lower(programs, dynamic_quant=quantized)
@@ -60,22 +61,21 @@ def convert(job: GenerativeJob) -> Converted:
     return Converted(path, details)
 
 
-def dynamic_int8(program, sample: dict, shared: dict | None = None):
-    """One method's program with int8 dynamically quantized linear weights (see the module docstring);
-    ``shared``: int8 weights other methods of the model already have (:func:`.._pt2e.fold_weight_quantization`)."""
-    import torch
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer, get_symmetric_quantization_config)
-
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
-    fresh = lambda: {k: v.clone() for k, v in sample.items()}  # noqa: E731  (the programs update the cache in place)
-    with capture_mode(), cpu_tracing():
-        converted = calibrated(program.module(), quantizer, [fresh()], shared=shared)
-        return torch.export.export(converted, (), kwargs=fresh(), strict=False)
-
-
 def load(path: Path, threads: int) -> ExecuTorchSignatureRunner:
     return ExecuTorchSignatureRunner(Path(path), threads)
 
 
-GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load)
+def _prepare_fallback(artifact: Path, variant: str, threads: int, job: GenerativeJob):
+    from edgeport.targets.executorch.gen_fallback import prepare
+
+    return prepare(artifact, variant, threads, job, convert)
+
+
+# --fallback float on text generation (:mod:`.gen_fallback`: candidates simulated in PyTorch with the row's quantizer)
+FALLBACK = GenerativeFallback({
+    "dynamic-int8": "dynamic int8 (PT2E XNNPACK quantizer: per-channel symmetric int8 weights, activations "
+                    "quantized at run time)",
+    "int4-block32": "8da4w (XNNPACK: int4 weights in groups of 32, int8 dynamic activations; torchao quantize_)",
+}, _prepare_fallback, programs=True)
+GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load,
+                               float_fallback=FALLBACK)

@@ -34,31 +34,43 @@ SCHEME = {"scheme": "8da4w (XNNPACK: int8 dynamic activations, int4 weights)", "
           "quantizer": "torchao quantize_ Int8DynamicActivationIntxWeightConfig"}
 
 
-def int4_block32(program, sample: dict, shared: dict | None = None, kept_float: list | None = None):
+def int4_block32(program, sample: dict, shared: dict | None = None, kept_float: list | None = None, quantize=None):
     """One method's program with its linears in 8da4w (see the module docstring); ``kept_float`` collects
-    the linears left float."""
+    the linears left float; ``quantize``: see :func:`int4_module`."""
     import torch
 
     from edgeport.core.program import capture_mode
     from edgeport.targets._jax import cpu_tracing
 
-    module = program.module()
-    floats = quantize_linears(module, {} if shared is None else shared)
-    if kept_float is not None:
-        kept_float.extend(f for f in floats if f not in kept_float)
+    module = int4_module(program, shared, kept_float, quantize)
     fresh = {k: v.clone() for k, v in sample.items()}  # the programs update the cache in place
     with capture_mode(), cpu_tracing(), torch.no_grad():
         return torch.export.export(module, (), kwargs=fresh, strict=False)
 
 
-def quantize_linears(gm, shared: dict) -> list[str]:
+def int4_module(program, shared: dict | None = None, kept_float: list | None = None, quantize=None):
+    """The program's module with its linears reading 8da4w weights, not exported again: what the export
+    traces, so running it in PyTorch computes what the artifact's quantization does (the precision search's
+    candidates, :mod:`.gen_fallback`). ``quantize(weight attribute) -> bool`` (None: every weight) leaves
+    the linears it refuses float, unlisted: ``kept_float`` lists only the linears 8da4w cannot take."""
+    module = program.module()
+    floats = quantize_linears(module, {} if shared is None else shared, quantize)
+    if kept_float is not None:
+        kept_float.extend(f for f in floats if f not in kept_float)
+    return module
+
+
+def quantize_linears(gm, shared: dict, quantize=None) -> list[str]:
     """Every ``aten.linear`` of ``gm`` reading a 2-D weight attribute whose input dimension is a multiple of
-    ``GROUP`` now reads its 8da4w parameter through ``F.linear``; returns the names of the others."""
+    ``GROUP`` (and that ``quantize`` accepts, by its attribute name) now reads its 8da4w parameter through
+    ``F.linear``; returns the names of the others ``quantize`` did not refuse."""
     import torch
 
     floats = []
     for node in list(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.linear.default)):
         weight = _attribute(gm, node.args[1])
+        if weight is not None and quantize is not None and not quantize(node.args[1].target):
+            continue
         if weight is None or weight.dim() != 2 or weight.shape[1] % GROUP:
             floats.append(node.name)
             continue

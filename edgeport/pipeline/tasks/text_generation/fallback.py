@@ -49,10 +49,11 @@ def applies(target, row, session, budget: dict) -> bool:
                 and quality_failures(quality, budget))
 
 
-def keep_groups_float(row, target, built, session, staging: Path, judge, files) -> bool:
+def keep_groups_float(row, target, built, session, staging: Path, judge, files, programs=None) -> bool:
     """Search, rebuild and re-judge the row in place; True when its artifact was rebuilt (its verdict is no
     longer the cached conversion's). ``judge``: the row's own (:func:`.rows.judge_generative`); ``files``:
-    the files every generative artifact carries besides its own (the tokenizer)."""
+    the files every generative artifact carries besides its own (the tokenizer); ``programs()``: the row's
+    programs with the target's rewrites (:func:`.rows.rewritten_programs`), for a quantizer that needs them."""
     from edgeport.core.progress import scoped
     from edgeport.pipeline.plan import fixed_threads
 
@@ -61,7 +62,7 @@ def keep_groups_float(row, target, built, session, staging: Path, judge, files) 
     try:
         quantizer = support.float_fallback.prepare(Path(built.converted.artifact), row.variant,
                                                    fixed_threads(session.judge.threads),
-                                                   **({} if mode == "float" else {"keep": mode}))
+                                                   **_prepare_args(target, built, session, mode, programs))
     except Exception as exc:
         row.note(f"--fallback {mode} could not start: {first_line(exc)}")
         return False
@@ -76,6 +77,21 @@ def keep_groups_float(row, target, built, session, staging: Path, judge, files) 
     row.details["quantization"] = {"scheme": support.float_fallback.variants[row.variant], "keep": mode, **kept,
                                    **record, "seconds": round(time.perf_counter() - start, 3)}
     return rebuilt
+
+
+def _prepare_args(target, built, session, mode: str, programs) -> dict:
+    """``keep`` for a mode other than float; ``job`` for a target whose quantizer works on the programs
+    (``GenerativeFallback.programs``): the row's job with every program as the row converted it
+    (``programs()``: the target's rewrites on the session's programs, which :func:`.session.release_programs`
+    kept for this)."""
+    from dataclasses import replace
+
+    args = {} if mode == "float" else {"keep": mode}
+    if target.generation().float_fallback.programs:
+        if not session.programs:
+            raise RuntimeError("the exported programs were let go before the judge")
+        args["job"] = replace(built.job, programs=programs(), notes=[])
+    return args
 
 
 def _search(row, support, quantizer, built, session, staging: Path, say, judged) -> tuple[dict, bool]:

@@ -119,8 +119,9 @@ def keep_groups_float(row: Row, target, built: Built, session, staging: Path) ->
     """True when ``--fallback float`` rebuilt the row (its verdict is not the cached conversion's)."""
     from edgeport.pipeline.tasks.text_generation import fallback
 
+    programs = lambda: rewritten_programs(target, session.programs, session.samples, list(built.job.passes))[0]  # noqa: E731
     return fallback.applies(target, row, session, built.budget) and \
-        fallback.keep_groups_float(row, target, built, session, staging, judge_generative, tokenizer_files)
+        fallback.keep_groups_float(row, target, built, session, staging, judge_generative, tokenizer_files, programs)
 
 
 def rejudge(row: Row, target, path: Path, session, budget: dict) -> None:

@@ -57,13 +57,22 @@ def release_model(exported, weight_bytes: int) -> None:
 def release_programs(session, rows) -> None:
     """Every row is built: the programs (the weights, once) go before the judges load the artifacts, whose
     runtimes hold their own copies (mapped file, packed or dequantized weights). Kept when a row's judge
-    runs them: a bundle's reference comes from the programs (:mod:`.bundle`)."""
+    runs them: a bundle's reference comes from the programs (:mod:`.bundle`), a precision search whose
+    quantizer works on them (``GenerativeFallback.programs``, :mod:`.fallback`) rebuilds from them."""
     from edgeport.core.memory import release
 
-    if any(t.generation() is not None and t.generation().bundle(v) is not None for t, v in rows):
+    if any(t.generation() is not None and (t.generation().bundle(v) is not None or _searches_programs(session, t, v))
+           for t, v in rows):
         return
     session.programs = {}
     release(session.weight_bytes)
+
+
+def _searches_programs(session, target, variant: str) -> bool:
+    """``--fallback`` may search this row with a quantizer that works on the programs."""
+    policy, support = session.fallback, target.generation()
+    return bool(policy is not None and policy.mode and support.can_keep_float(variant, policy.mode)
+                and support.float_fallback.programs)
 
 
 def check_fits(model, opts, the_plan, workers: bool) -> None:
