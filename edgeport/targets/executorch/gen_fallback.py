@@ -11,7 +11,7 @@ XNNPACK does not take). A group is float in every method (``prefill_<L>``, ``dec
 
 Candidates are simulated, not lowered (a SmolLM2-135M int4 lowering is minutes): each is the row's own
 quantizer on the programs with the float groups' linears refused (``dynamic-int8``: PT2E with the XNNPACK
-quantizer's node filter, :mod:`.int8`; ``int4-block32``: torchao's ``quantize_`` 8da4w per weight, :mod:`.int4`), and its
+quantizer's node filter, activations quantized per row as XNNPACK does, :mod:`.int8`; ``int4-block32``: torchao's ``quantize_`` 8da4w per weight, :mod:`.int4`), and its
 module run in PyTorch, where the quantize/dequantize ops compute what XNNPACK's kernels compute (the
 activations' dynamic rounding included, which ONNX's simulation cannot reproduce: both variants are offered
 here). A weight is quantized once for the whole search (``shared``). The winner is built by the row's own
@@ -61,13 +61,16 @@ def linear_weights(program) -> dict[str, list[tuple[str, tuple]]]:
 
 
 class ModuleRunner(SignatureRunner):
-    """Candidate modules (one per signature, built on first use by ``build(name)``) run in PyTorch."""
+    """Candidate modules (one per signature, built on first use by ``build(name)``) run in PyTorch, each feed
+    in the dtype its program declares (``dtypes``: signature -> {input: torch dtype}), as the ``.pte``'s runner
+    casts them: PT2E turns a program's scalar constants into float tensors, so a converted prefill returns
+    ``cache_len`` as float, which decode's ``index_copy`` refuses as an index."""
 
     name = "torch-simulation"
 
-    def __init__(self, names: list[str], build, threads: int):
+    def __init__(self, names: list[str], build, threads: int, dtypes: dict):
         super().__init__(None, threads)
-        self.names, self.build, self.modules = names, build, {}
+        self.names, self.build, self.modules, self.dtypes = names, build, {}, dtypes
 
     def signatures(self) -> list[str]:
         return list(self.names)
@@ -79,7 +82,8 @@ class ModuleRunner(SignatureRunner):
             self.modules[name] = self.build(name)
         torch.set_num_threads(self.threads)
         with torch.no_grad():
-            out = self.modules[name](**{k: torch.from_numpy(np.array(v, copy=True)) for k, v in feeds.items()})
+            out = self.modules[name](**{k: torch.from_numpy(np.array(v, copy=True)).to(self.dtypes[name][k])
+                                        for k, v in feeds.items()})
         return {k: v.detach().numpy() for k, v in out.items()}
 
     def close(self) -> None:
@@ -109,17 +113,20 @@ class GroupQuantizer:
         """Signature ``name``'s candidate module: the row's quantizer on its program, refusing what
         ``quantize`` refuses."""
         from edgeport.targets.executorch.int4 import int4_module
-        from edgeport.targets.executorch.int8 import dynamic_int8_module
+        from edgeport.targets.executorch.int8 import dynamic_int8_module, per_row_activations
 
         program = self.job.programs[name]
         if self.variant == "int4-block32":
             return int4_module(program, self.shared, None, quantize)
-        return dynamic_int8_module(program, self.job.samples[name], self.shared, quantize)
+        module = dynamic_int8_module(program, self.job.samples[name], self.shared, quantize)
+        per_row_activations(module)   # as XNNPACK quantizes them (:mod:`.int8`)
+        return module
 
     def runner(self, quantized) -> ModuleRunner:
         """The programs with only ``quantized`` groups quantized, in PyTorch."""
         quantize = self._takes(quantized)
-        return ModuleRunner(list(self.job.programs), lambda name: self.module(name, quantize), self.threads)
+        dtypes = {name: {k: v.dtype for k, v in sample.items()} for name, sample in self.job.samples.items()}
+        return ModuleRunner(list(self.job.programs), lambda name: self.module(name, quantize), self.threads, dtypes)
 
     def build(self, floats):
         """The row's ``.pte`` again (where it was), its ``floats`` groups' linears left float in every method."""

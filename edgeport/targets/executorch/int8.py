@@ -6,8 +6,11 @@ is exported again and lowered; the precision search (:mod:`.gen_fallback`) runs 
 In the converted module an activation is quantized over the whole tensor (``choose_qparams.tensor``), where
 XNNPACK's dynamically quantized linear quantizes each row (token) on its own: the same for a decode step (one
 token; module and ``.pte`` agree to 1e-7 on a tiny llama), coarser for a prefill of several tokens (its
-logits 0.017 off the ``.pte``'s where fp32's are 0.009 off, same model): a simulated candidate's KLD errs
-high at the one prefill position of each eval window.
+logits 0.017 off the ``.pte``'s where fp32's are 0.009 off, same model), and a prefill's cache feeds every
+later step. The precision search's candidates therefore quantize each row on its own
+(:func:`per_row_activations`: the same op, row by row), as the ``.pte`` does: a prefill's logits then match
+the ``.pte``'s to 1.5e-7. Teacher-forced decode steps after it still differ on some steps (0.005 max where
+fp32 is 0.0097 off, tiny llama; others to 1e-5): XNNPACK's kernel rounds differently there, not traced.
 """
 
 from __future__ import annotations
@@ -54,3 +57,39 @@ def _weights_filter(quantize):
         weight = node.args[1] if node.target == torch.ops.aten.linear.default and len(node.args) > 1 else None
         return not (isinstance(weight, torch.fx.Node) and weight.op == "get_attr") or quantize(weight.target)
     return keep
+
+
+def per_row_activations(gm) -> None:
+    """Each ``choose_qparams.tensor`` -> ``quantize_per_tensor`` -> ``dequantize_per_tensor`` chain of a converted
+    module (an activation's dynamic quantization) replaced by :func:`rows_quantized`: every row (token) with
+    its own scale and zero point, as XNNPACK's dynamically quantized linear computes them."""
+    import operator
+
+    import torch
+
+    ops = torch.ops.quantized_decomposed
+    for node in list(gm.graph.find_nodes(op="call_function", target=ops.dequantize_per_tensor.tensor)):
+        quantized, scale = node.args[0], node.args[1]
+        if not (isinstance(quantized, torch.fx.Node) and quantized.target == ops.quantize_per_tensor.tensor
+                and isinstance(scale, torch.fx.Node) and scale.target is operator.getitem
+                and scale.args[0].target == ops.choose_qparams.tensor):
+            continue
+        with gm.graph.inserting_before(node):
+            node.replace_all_uses_with(gm.graph.call_function(rows_quantized, (quantized.args[0], *scale.args[0].args[1:])))
+        gm.graph.erase_node(node)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def rows_quantized(x, qmin: int, qmax: int, eps: float, dtype):
+    """``x`` quantized and dequantized one row (last dimension) at a time, by the per-tensor ops themselves."""
+    import torch
+
+    ops = torch.ops.quantized_decomposed
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    for i, row in enumerate(rows):
+        scale, zero = ops.choose_qparams.tensor(row, qmin, qmax, eps, dtype)
+        out[i] = ops.dequantize_per_tensor.tensor(ops.quantize_per_tensor.tensor(row, scale, zero, qmin, qmax, dtype),
+                                                  scale, zero, qmin, qmax, dtype)
+    return out.reshape(x.shape)
