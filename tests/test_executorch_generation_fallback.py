@@ -11,6 +11,7 @@ from conftest import read_report
 from test_generation_fallback import convert_searched
 
 BUDGET = 0.0002
+pytestmark = pytest.mark.slow   # ~4 min: two quantized lowerings, the search and the rebuilt .pte
 
 
 @pytest.fixture(scope="module")
