@@ -50,7 +50,7 @@ def lower_program(program, variant: str, input_names: list[str], example_inputs:
     original = {**program.state_dict, **program.constants}
     with warnings.catch_warnings():  # torch's own pytree deprecation noise while copying the program
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec.*")
-        program = program.run_decompositions().run_decompositions(decompositions.DECOMPOSITIONS)
+        program = program.run_decompositions(_keeping_linear()).run_decompositions(decompositions.DECOMPOSITIONS)
     signature = program.graph_signature
     state = {**program.state_dict, **program.constants}
     state_names = [s.target for s in signature.input_specs if s.kind != InputKind.USER_INPUT]
@@ -159,7 +159,10 @@ def _node_reporting_interpreter():
 
     class NodeReportingInterpreter(JaxInterpreter):
         def call_function(self, target, args, kwargs):
-            return super().call_function(target, _same_dtypes(target, args), kwargs)
+            args = _same_dtypes(target, args)
+            if _is_linear(target, args, kwargs):
+                return _linear(*args)
+            return super().call_function(target, args, kwargs)
 
         def run_node(self, node):
             try:
@@ -196,6 +199,35 @@ def _same_dtypes(target, args: tuple) -> tuple:
             narrow = min((a.dtype, b.dtype), key=lambda d: d.itemsize)
             return (a.astype(narrow), b.astype(narrow), *args[2:])
     return args
+
+
+def _keeping_linear():
+    """torch.export's default decompositions but ``aten.linear``, which :func:`_linear` lowers whole."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.linear.default, None)
+    return table
+
+
+def _is_linear(target, args: tuple, kwargs: dict) -> bool:
+    import torch
+
+    return target is torch.ops.aten.linear.default and not kwargs and 2 <= len(args) <= 3 and args[1].ndim == 2
+
+
+def _linear(x, weight, bias=None):
+    """``x @ weight.T (+ bias)`` as one ``dot_general`` contracting ``weight``'s input dim where it lies.
+
+    torchax lowers ``aten.linear`` as ``x @ transpose(weight)``. On TPU the layout pass absorbs the transpose, but
+    XLA:CPU, which runs the artifact's parity and latency here, materializes it: every weight is copied
+    transposed on every call (a ``transpose_copy_fusion`` per linear in the compiled decode), so a 1B-class decode
+    step moved the weights three times over and ran ~3x slower than the bytes it has to read. Contracting
+    ``weight``'s dim 1 directly computes the same product with nothing to copy on either backend."""
+    import jax
+
+    out = jax.lax.dot_general(x, weight, (((x.ndim - 1,), (1,)), ((), ())))
+    return out if bias is None else out + bias
 
 
 def _floats(*arrays) -> bool:
