@@ -65,15 +65,17 @@ def time_call(module, kwargs: dict, budget_seconds: float = 0.5, min_runs: int =
 
     import torch
 
+    from edgeport.validate.latency import warm_up
+
     times = []
-    deadline = time.perf_counter() + budget_seconds
     with torch.no_grad():
-        for run in range(max_runs + 2):
+        min_runs = warm_up(lambda: module(**copy.deepcopy(kwargs)), 2, min_runs)
+        deadline = time.perf_counter() + budget_seconds
+        for _ in range(max_runs):
             call = copy.deepcopy(kwargs)
             start = time.perf_counter()
             module(**call)
-            if run >= 2:  # two warm-up calls
-                times.append((time.perf_counter() - start) * 1000)
+            times.append((time.perf_counter() - start) * 1000)
             if len(times) >= min_runs and time.perf_counter() > deadline:
                 break
     return percentiles(times)
