@@ -96,10 +96,12 @@ def merged(ops: list[tuple]) -> list[tuple]:
 
 # ``--fallback int8``: the scope a kept group gets instead of NO_QUANTIZE, by its ``Quantizer`` method (called with
 # the group's regex, every supported op, 8 bits, channelwise) and as the report states it. Dynamic, as the
-# dynamic-int8 row is: int8 weights per output channel, activations quantized at run time by XNNPACK's
-# kernel (the path the int4 groups beside it take). Weight-only int8 (``add_weight_only_config``: a
-# DEQUANTIZE to fp32 before a float op) measured no closer to fp32 on SmolLM2-135M and the tiny test model
-# (bench/LLM_QUALITY.md) and would run the kept groups in float.
+# dynamic-int8 row is: int8 weights per output channel, activations quantized at run time by XNNPACK's int8
+# kernel, the path the int4 groups beside it take. Weight-only int8 (``add_weight_only_config``) is closer to
+# fp32 on its own (no activation rounding: every group at int8, 2.5x lower mean KLD on the tiny test model),
+# but kept beside int4 groups both measured what keeping the groups float measured, to 0.1% (the int4 groups'
+# error dominates; bench/LLM_QUALITY.md), and weight-only adds a DEQUANTIZE to fp32 per weight per signature
+# (the kept groups then multiply in float, their weights held dequantized) and a larger file.
 INT8_KEEP = ("add_dynamic_config", "channelwise int8 weights, activations quantized at run time "
              "(ai-edge-quantizer dynamic int8, as the dynamic-int8 variant)")
 
@@ -116,6 +118,7 @@ class GroupQuantizer:
 
         self.artifact, self.variant, self.threads, self.steps = Path(artifact), variant, threads, steps
         self.keep, self.kept_scheme = keep, INT8_KEEP[1] if keep == "int8" else "float32 weights (NO_QUANTIZE)"
+        self.int8_config = INT8_KEEP[0]   # bench/litert_int8_keep.py compares add_weight_only_config
         self.fp32 = steps.fp32
         if not self.fp32.is_file():
             raise FileNotFoundError("the fp32 .tflite the row was quantized from is not beside it")
@@ -140,7 +143,7 @@ class GroupQuantizer:
             q.update_quantization_recipe(regex=self.regex(floats), algorithm_key=AlgorithmName.NO_QUANTIZE,
                                          operation_name=every)
         if int8:
-            getattr(q, INT8_KEEP[0])(regex=self.regex(int8), operation_name=every, num_bits=8)
+            getattr(q, self.int8_config)(regex=self.regex(int8), operation_name=every, num_bits=8)
         return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
     def regex(self, groups) -> str:
