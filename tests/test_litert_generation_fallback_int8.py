@@ -107,3 +107,15 @@ def test_fallback_int8_needs_an_int4_variant(tmp_path, variant):
     line = result.stderr.strip()
     assert "\n" not in line and "--fallback int8" in line and "litert int4-block32" in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_keeps_are_declared_per_variant():
+    """The registry says which variants keep at int8 (LiteRT: int4-block32 only; ONNX: its one variant); a
+    variant with no search keeps nothing."""
+    from edgeport.targets.litert.generate import GENERATIVE as LITERT
+    from edgeport.targets.onnx.generate import FALLBACK as ONNX
+
+    assert LITERT.can_keep_float("int4-block32", "int8") and LITERT.can_keep_float("int4-block32")
+    assert LITERT.can_keep_float("dynamic-int8") and not LITERT.can_keep_float("dynamic-int8", "int8")
+    assert not LITERT.can_keep_float("weight-int8", "int8") and not LITERT.can_keep_float("fp32")
+    assert ONNX.keeps_for("int4-block32") == ("float", "int8") and ONNX.keeps_for("dynamic-int8") == ()
