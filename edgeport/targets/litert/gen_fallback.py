@@ -101,7 +101,8 @@ def merged(ops: list[tuple]) -> list[tuple]:
 # fp32 on its own (no activation rounding: every group at int8, 2.5x lower mean KLD on the tiny test model),
 # but kept beside int4 groups both measured what keeping the groups float measured, to 0.1% (the int4 groups'
 # error dominates; bench/LLM_QUALITY.md), and weight-only adds a DEQUANTIZE to fp32 per weight per signature
-# in front of a float op, and a larger file.
+# in front of a float op, and a larger file. Every op int4-block32 quantizes takes the dynamic int8 config too
+# (ai-edge-quantizer 0.10's op checks: an op refused by a later scope would silently keep the earlier one).
 INT8_KEEP = ("add_dynamic_config", "channelwise int8 weights, activations quantized at run time "
              "(ai-edge-quantizer dynamic int8, as the dynamic-int8 variant)")
 
