@@ -1,5 +1,5 @@
 """``--fallback int8`` on LiteRT int4-block32 text generation (issue 37): the same search as ``--fallback float``,
-the kept groups scoped to ai-edge-quantizer's dynamic int8 (channelwise int8 weights) instead of ``NO_QUANTIZE``,
+the kept groups scoped to ai-edge-quantizer's weight-only int8 (channelwise int8 weights) instead of ``NO_QUANTIZE``,
 so keeping them costs about a quarter of float's bytes. Same tiny GGUF and budget as
 tests/test_litert_generation_fallback.py (full int4 misses it; keeping groups meets it)."""
 

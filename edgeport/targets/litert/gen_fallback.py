@@ -95,16 +95,16 @@ def merged(ops: list[tuple]) -> list[tuple]:
 
 
 # ``--fallback int8``: the scope a kept group gets instead of NO_QUANTIZE, by its ``Quantizer`` method (called with
-# the group's regex, every supported op, 8 bits, channelwise) and as the report states it. Dynamic, as the
-# dynamic-int8 row is: int8 weights per output channel, activations quantized at run time by XNNPACK's int8
-# kernel, the path the int4 groups beside it take. Weight-only int8 (``add_weight_only_config``) is closer to
-# fp32 on its own (no activation rounding: every group at int8, 2.5x lower mean KLD on the tiny test model),
-# but kept beside int4 groups both measured what keeping the groups float measured, to 0.1% (the int4 groups'
-# error dominates; bench/LLM_QUALITY.md), and weight-only adds a DEQUANTIZE to fp32 per weight per signature
-# in front of a float op, and a larger file. Every op int4-block32 quantizes takes the dynamic int8 config too
-# (ai-edge-quantizer 0.10's op checks: an op refused by a later scope would silently keep the earlier one).
-INT8_KEEP = ("add_dynamic_config", "channelwise int8 weights, activations quantized at run time "
-             "(ai-edge-quantizer dynamic int8, as the dynamic-int8 variant)")
+# the group's regex, every supported op, 8 bits, channelwise) and as the report states it. Weight-only, as the
+# weight-int8 variant: int8 weights per output channel, a DEQUANTIZE to fp32 and the op in float, so the kept
+# groups lose the activation rounding the int4 groups' dynamic kernel has. Dynamic int8 (``add_dynamic_config``,
+# the dynamic-int8 variant's) stores the same bytes; on SmolLM2-135M, with the same 3 groups kept, weight-only
+# measured 1.013x the mean KLD of keeping them float and dynamic 1.059x (every group int8: 0.0042 vs 0.0236),
+# and the tiny test model could not tell them apart (bench/LLM_QUALITY.md). The price: the kept groups multiply
+# in float (teacher-forced time 1.26x dynamic's there, on a loaded machine). Every op int4-block32 quantizes
+# takes weight-only int8 too (an op refused by a later scope would silently keep the earlier one's int4).
+INT8_KEEP = ("add_weight_only_config", "channelwise int8 weights, float compute (ai-edge-quantizer weight-only "
+             "int8, as the weight-int8 variant)")
 
 
 class GroupQuantizer:
@@ -119,7 +119,7 @@ class GroupQuantizer:
 
         self.artifact, self.variant, self.threads, self.steps = Path(artifact), variant, threads, steps
         self.keep, self.kept_scheme = keep, INT8_KEEP[1] if keep == "int8" else "float32 weights (NO_QUANTIZE)"
-        self.int8_config = INT8_KEEP[0]   # bench/litert_int8_keep.py compares add_weight_only_config
+        self.int8_config = INT8_KEEP[0]   # bench/litert_int8_keep.py compares add_dynamic_config
         self.fp32 = steps.fp32
         if not self.fp32.is_file():
             raise FileNotFoundError("the fp32 .tflite the row was quantized from is not beside it")
