@@ -141,10 +141,12 @@ class GenerativeFallback:
     (the real artifact with those groups float, written where the row's was; returns Converted) and
     ``close()``. The search lives in :mod:`edgeport.pipeline.tasks.text_generation.fallback`.
 
-    ``keeps``: the precisions a kept group may have (``--fallback float|int8``). For a mode other than
-    "float", ``prepare`` gets ``keep=<mode>``, ``runner(quantized, kept=[...])`` runs the kept groups at that
-    precision (the others not named stay float: a group's sensitivity is measured alone) and ``build(kept)``
-    keeps them at it; the object says how in ``kept_scheme``.
+    ``keeps``: the precisions a kept group may have (``--fallback float|int8``): one tuple for every variant,
+    or {variant: tuple} when they differ (int8 is a step up from int4, not from dynamic-int8; a variant not
+    named keeps float only). For a mode other than "float", ``prepare`` gets ``keep=<mode>``,
+    ``runner(quantized, kept=[...])`` runs the kept groups at that precision (the others not named stay
+    float: a group's sensitivity is measured alone) and ``build(kept)`` keeps them at it; the object says how
+    in ``kept_scheme``.
 
     ``programs``: the quantizer works on the programs, not on an fp32 artifact beside the row's (ExecuTorch
     quantizes the exported programs before lowering): ``prepare`` also gets ``job``, the row's
@@ -153,8 +155,14 @@ class GenerativeFallback:
 
     variants: dict[str, str] = field(hash=False)   # variant -> its quantization scheme, as the report states it
     prepare: Callable[..., Any]
-    keeps: tuple[str, ...] = ("float",)
+    keeps: tuple[str, ...] | dict[str, tuple[str, ...]] = field(default=("float",), hash=False)
     programs: bool = False
+
+    def keeps_for(self, variant: str) -> tuple[str, ...]:
+        """The precisions ``variant``'s kept groups may have (none when the variant has no search)."""
+        if variant not in self.variants:
+            return ()
+        return self.keeps.get(variant, ("float",)) if isinstance(self.keeps, dict) else self.keeps
 
 
 @dataclass(frozen=True)
@@ -180,8 +188,7 @@ class GenerativeSupport:
 
     def can_keep_float(self, variant: str, mode: str = "float") -> bool:
         """``variant``'s weight groups can be kept at ``mode`` (``--fallback float|int8``)."""
-        return self.float_fallback is not None and variant in self.float_fallback.variants and \
-            mode in self.float_fallback.keeps
+        return self.float_fallback is not None and mode in self.float_fallback.keeps_for(variant)
 
     def bundle(self, variant: str) -> BundleSupport | None:
         return next((b for b in self.bundles if b.variant == variant), None)

@@ -1,5 +1,6 @@
-"""``--fallback float`` for LiteRT text generation: the weight groups of the generation ``.tflite`` that can stay
-float, the search's candidates, and the artifact rebuilt with the chosen groups float.
+"""``--fallback float|int8`` for LiteRT text generation: the weight groups of the generation ``.tflite`` that can
+stay float (or go to int8 in an int4 row), the search's candidates, and the artifact rebuilt with the chosen groups
+kept.
 
 Groups: every op ai-edge-quantizer quantizes in the row's recipe (FULLY_CONNECTED, EMBEDDING_LOOKUP, ...: an op
 with a constant float weight) is read from the fp32 ``.tflite`` the row was quantized from. export_hf names
@@ -19,6 +20,8 @@ scope wins) — the same call that builds the winner, so candidates are real art
 ``artifact``), not a simulation: ``int4-block32`` (``dynamic_wi4b32_afp32``) and ``dynamic-int8`` quantize
 activations inside XNNPACK's kernels, which putting dequantized weights back into the fp32 graph would not
 reproduce. The price is one ai-edge-quantizer pass per candidate (the search's time, bench/LLM_QUALITY.md).
+``--fallback int8`` scopes the kept groups' tags to int8 (:data:`INT8_KEEP`) instead of ``NO_QUANTIZE``, the
+same way.
 """
 
 from __future__ import annotations
@@ -91,15 +94,32 @@ def merged(ops: list[tuple]) -> list[tuple]:
     return [(s, i, k, b, rename.get(g, g)) for s, i, k, b, g in ops]
 
 
+# ``--fallback int8``: the scope a kept group gets instead of NO_QUANTIZE, by its ``Quantizer`` method (called with
+# the group's regex, every supported op, 8 bits, channelwise) and as the report states it. Weight-only, as the
+# weight-int8 variant: int8 weights per output channel, a DEQUANTIZE to fp32 and the op in float, so the kept
+# groups lose the activation rounding the int4 groups' dynamic kernel has. Dynamic int8 (``add_dynamic_config``,
+# the dynamic-int8 variant's) stores the same bytes; on SmolLM2-135M, with the same 3 groups kept, weight-only
+# measured 1.013x the mean KLD of keeping them float and dynamic 1.059x (every group int8: 0.0042 vs 0.0236),
+# and the tiny test model could not tell them apart (bench/LLM_QUALITY.md). The price: the kept groups multiply
+# in float (teacher-forced time 1.26x dynamic's there, on a loaded machine). Every op int4-block32 quantizes
+# takes weight-only int8 too (an op refused by a later scope would silently keep the earlier one's int4).
+INT8_KEEP = ("add_weight_only_config", "channelwise int8 weights, float compute (ai-edge-quantizer weight-only "
+             "int8, as the weight-int8 variant)")
+
+
 class GroupQuantizer:
-    """One row's groups and candidates (:class:`edgeport.targets.base.GenerativeFallback`'s contract)."""
+    """One row's groups and candidates (:class:`edgeport.targets.base.GenerativeFallback`'s contract).
+    ``keep``: the precision of the groups the search keeps, "float" (``NO_QUANTIZE``) or "int8"
+    (:data:`INT8_KEEP`)."""
 
     measured = "artifact"
 
-    def __init__(self, artifact: Path, variant: str, threads: int, steps):
+    def __init__(self, artifact: Path, variant: str, threads: int, steps, keep: str = "float"):
         from ai_edge_litert.tools import flatbuffer_utils
 
         self.artifact, self.variant, self.threads, self.steps = Path(artifact), variant, threads, steps
+        self.keep, self.kept_scheme = keep, INT8_KEEP[1] if keep == "int8" else "float32 weights (NO_QUANTIZE)"
+        self.int8_config = INT8_KEEP[0]   # bench/litert_int8_keep.py compares add_dynamic_config
         self.fp32 = steps.fp32
         if not self.fp32.is_file():
             raise FileNotFoundError("the fp32 .tflite the row was quantized from is not beside it")
@@ -112,34 +132,44 @@ class GroupQuantizer:
         del model
         self.tmp, self.made = scratch_dir("edgeport-genfallback-"), 0
 
-    def quantize(self, floats) -> bytes:
-        """The variant's recipe on the whole model, ``floats`` groups left float (tagged names)."""
+    def quantize(self, floats, int8=()) -> bytes:
+        """The variant's recipe on the whole model, ``floats`` groups left float and ``int8`` groups at
+        :data:`INT8_KEEP` (tagged names; a later scope wins over the recipe's ``.*``)."""
         from ai_edge_quantizer import qtyping, quantizer
         from ai_edge_quantizer.algorithm_manager import AlgorithmName
 
         q = quantizer.Quantizer(self.content, self.steps.recipe())
+        every = qtyping.TFLOperationName.ALL_SUPPORTED
         if floats:
-            regex = "|".join(re.escape(f"[edgeport:{self.index[g]}]") for g in floats)
-            q.update_quantization_recipe(regex=regex, algorithm_key=AlgorithmName.NO_QUANTIZE,
-                                         operation_name=qtyping.TFLOperationName.ALL_SUPPORTED)
+            q.update_quantization_recipe(regex=self.regex(floats), algorithm_key=AlgorithmName.NO_QUANTIZE,
+                                         operation_name=every)
+        if int8:
+            getattr(q, self.int8_config)(regex=self.regex(int8), operation_name=every, num_bits=8)
         return bytes(q.quantize(enable_progress_bar=False, enable_progress_report=False).quantized_model)
 
-    def runner(self, quantized):
-        """A candidate: the real artifact with only ``quantized`` groups quantized, in the row's runtime."""
+    def regex(self, groups) -> str:
+        return "|".join(re.escape(f"[edgeport:{self.index[g]}]") for g in groups)
+
+    def runner(self, quantized, kept=()):
+        """A candidate: the real artifact with only ``quantized`` groups quantized and ``kept`` at int8 (with
+        ``keep`` "int8"), the rest float, in the row's runtime."""
         self.made += 1
         path = self.tmp / f"candidate_{self.made}.tflite"
-        path.write_bytes(self.quantize([g for g in self.groups if g not in set(quantized)]))
+        kept = list(kept) if self.keep == "int8" else []
+        path.write_bytes(self.quantize([g for g in self.groups if g not in {*quantized, *kept}], kept))
         self.steps.fix(path)
         runner = self.steps.load(path, self.threads)
         runner.close = _closer(runner, path)
         return runner
 
-    def build(self, floats):
-        """The row's artifact again (where it was), with ``floats`` groups float and the tags gone."""
+    def build(self, kept):
+        """The row's artifact again (where it was), with ``kept`` groups float (int8 with ``keep`` "int8") and
+        the tags gone."""
         from edgeport.targets.litert.quantize import untag
 
-        self.artifact.write_bytes(untag(self.quantize(floats)))
-        return self.steps.described(self.artifact, len(floats))
+        floats, int8 = ([], kept) if self.keep == "int8" else (kept, [])
+        self.artifact.write_bytes(untag(self.quantize(floats, int8)))
+        return self.steps.described(self.artifact, len(kept), self.keep)
 
     def close(self) -> None:
         self.content = b""
@@ -188,7 +218,8 @@ def _tag(model, tagged: list[tuple[int, int, int]]) -> None:
                 graph.tensors[t].name = f"[edgeport:{group}]{_name(graph.tensors[t])}".encode()
 
 
-def prepare(artifact: Path, variant: str, threads: int, steps) -> GroupQuantizer:
+def prepare(artifact: Path, variant: str, threads: int, steps, keep: str = "float") -> GroupQuantizer:
     """``steps``: what the search needs from :mod:`.generate` (``fp32`` path, ``recipe()``, ``fix(path)``,
-    ``load(path, threads)``, ``described(path, float_groups)``: the row's Converted), as convert uses them."""
-    return GroupQuantizer(artifact, variant, threads, steps)
+    ``load(path, threads)``, ``described(path, kept_groups, keep)``: the row's Converted), as convert uses
+    them; ``keep``: the precision of the groups the search keeps (``--fallback float|int8``)."""
+    return GroupQuantizer(artifact, variant, threads, steps, keep)

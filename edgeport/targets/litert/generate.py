@@ -59,12 +59,13 @@ def convert(job: GenerativeJob) -> Converted:
     return quantized(fp32, path, job.variant, reason)
 
 
-def quantized(fp32: Path, path: Path, variant: str, reason: str | None = None, float_groups: int = 0) -> Converted:
-    """The row of ``path``, quantized from ``fp32``: by ``convert``, or again with ``float_groups`` weight
-    groups left float by ``--fallback float`` (:mod:`.gen_fallback`)."""
+def quantized(fp32: Path, path: Path, variant: str, reason: str | None = None, kept_groups: int = 0,
+              keep: str = "float") -> Converted:
+    """The row of ``path``, quantized from ``fp32``: by ``convert``, or again with ``kept_groups`` weight
+    groups kept at ``keep`` by ``--fallback float|int8`` (:mod:`.gen_fallback`)."""
     details = {"zero_scale_blocks_fixed": fix_zero_block_scales(path)} if variant in BLOCKWISE else {}
     what = f"{variant} quantized (ai-edge-quantizer) from the fp32 .tflite" + (
-        f", {float_groups} weight group(s) kept float" if float_groups else "")
+        f", {kept_groups} weight group(s) kept {'float' if keep == 'float' else f'at {keep}'}" if kept_groups else "")
     return described(path, lowered_by(fp32), what + (f"; fp32: {reason}" if reason else ""),
                      {**details, **judged_on(path)})
 
@@ -200,7 +201,7 @@ LITERTLM = BundleSupport(variant="fp32-litertlm", option="litertlm", precision="
                          module="edgeport.targets.litert.litertlm")
 
 
-def _prepare_fallback(artifact: Path, variant: str, threads: int):
+def _prepare_fallback(artifact: Path, variant: str, threads: int, keep: str = "float"):
     """The search's quantizer, given what it needs from here: where the fp32 ``.tflite`` is, the variant's
     recipe, the zero-scale fix a candidate needs to load, the runner, and the row's details of a rebuild."""
     from types import SimpleNamespace
@@ -210,16 +211,17 @@ def _prepare_fallback(artifact: Path, variant: str, threads: int):
     fp32 = artifact_path(Path(artifact).parent, "fp32")
     steps = SimpleNamespace(fp32=fp32, recipe=lambda: _recipe(variant), load=load,
                             fix=fix_zero_block_scales if variant in BLOCKWISE else (lambda _path: 0),
-                            described=lambda path, floats: quantized(fp32, path, variant, float_groups=floats))
-    return prepare(artifact, variant, threads, steps)
+                            described=lambda path, kept, how: quantized(fp32, path, variant, None, kept, how))
+    return prepare(artifact, variant, threads, steps, keep)
 
 
-# --fallback float on text generation (:mod:`.gen_fallback`: candidates are real artifacts of the variant's recipe)
+# --fallback float|int8 on text generation (:mod:`.gen_fallback`: candidates are real artifacts of the variant's
+# recipe); int8 only where it is a step up (int4 groups)
 FALLBACK = GenerativeFallback({
     "dynamic-int8": "dynamic int8 (ai-edge-quantizer: channelwise int8 weights, activations quantized at run time)",
     "weight-int8": "weight-only int8 (ai-edge-quantizer: channelwise int8 weights, float compute)",
     "int4-block32": "int4 blocks of 32, symmetric (ai-edge-quantizer dynamic_wi4b32_afp32: activations quantized at run time)",
-}, _prepare_fallback)
+}, _prepare_fallback, keeps={"int4-block32": ("float", "int8")})
 GENERATIVE = GenerativeSupport(variants=("fp32", "fp16", "dynamic-int8", "weight-int8", "int4-block32"),
                                convert=convert, load=load, bundles=(LITERTLM,), from_source=from_source,
                                check=check, float_fallback=FALLBACK)
