@@ -89,9 +89,10 @@ def partitioners(dynamic_quant: bool, split: bool = False) -> list:
     ``split``: the dynamically quantized linears partitioned first, on their own, then the float ops (what
     ExecuTorch's own LLM export does). One partitioner over both groups a layer's shared activation-
     quantization chain (the q, k and v projections read one ``choose_qparams``) with the float ops around
-    it; when an op XNNPACK leaves outside sits between them (Qwen3's per-head q/k norm, before the last-dim
-    mean was delegated) the group leaves and re-enters itself and the lowering fails ("Invalid partition,
-    found dependency cycles"): :func:`edge_program` then lowers the split way."""
+    it; when ops XNNPACK leaves outside sit between them the group can leave and re-enter itself, and the
+    lowering fails ("Invalid partition, found dependency cycles"): Qwen3's per-head q/k norms did, before
+    the attention and cache-write rewrites (:mod:`edgeport.targets.rewrites`); not reproduced since, on a
+    tiny Qwen3 with or without the last-dim mean delegated. :func:`edge_program` then lowers the split way."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
         XnnpackDynamicallyQuantizedPartitioner, XnnpackPartitioner)
 
