@@ -4,7 +4,8 @@ process, so the machine's load falls on all alike:
 
 - ``split``: the dynamically quantized linears partitioned first, then the float ops (two XNNPACK
   partitioners; what ExecuTorch's own LLM export does), with ExecuTorch's IR checks: edgeport's path before;
-- ``one``: one XNNPACK partitioner over both (:func:`edgeport.targets.executorch.lower.partitioners`);
+- ``one``: one XNNPACK partitioner over both (:func:`edgeport.targets.executorch.lower.partitioners`), a
+  q/k/v group's linears ahead of the float ops (:func:`edgeport.targets.executorch.views.linears_beside_their_input`);
 - ``new``: ``one`` without the IR checks, as ExecuTorch's LLM export lowers (:func:`...lower.lowered`): the
   path ``convert`` takes now.
 
@@ -83,12 +84,14 @@ def lower_one_way(programs: dict, way: tuple, path: Path) -> dict:
     from edgeport.targets.executorch.delegation import summary
     from edgeport.targets.executorch.lower import (IO_METHOD, forget_lowered_graphs, io_names, lowered,
                                                    partitioners, save, weights_on_disk)
+    from edgeport.targets.executorch.views import delegable_views
 
     constants = {IO_METHOD: json.dumps({n: io_names(p) for n, p in programs.items()})}
     with weights_on_disk(path.parent):
         start = time.perf_counter()
         try:
-            edge = lowered(programs, constants, partitioners(True, split=way[0]), verify=way[1])
+            passes = [delegable_views] if way[0] else None   # the split path as it was: no reordering
+            edge = lowered(programs, constants, partitioners(True, split=way[0]), verify=way[1], passes=passes)
         finally:
             forget_lowered_graphs()
         lowering = time.perf_counter() - start

@@ -54,9 +54,10 @@ def edge_program(programs: dict, io: dict | None = None, dynamic_quant: bool = F
 CYCLE = "found dependency cycles"
 
 
-def lowered(programs: dict, constants: dict | None, partitioner: list, verify: bool = False):
+def lowered(programs: dict, constants: dict | None, partitioner: list, verify: bool = False, passes: list | None = None):
     """``to_edge_transform_and_lower`` under the house's lowering context (no grad, CPU tracing, weights
-    shared with the copies, provenance shared) with :func:`.views.delegable_views` first.
+    shared with the copies, provenance shared) with ``passes`` first (by default :func:`.views.delegable_views`
+    and :func:`.views.linears_beside_their_input`).
 
     ``verify``: ExecuTorch's IR validity checks, off by default as ExecuTorch's own LLM export runs them
     (``EdgeCompileConfig(_check_ir_validity=False)``): they check that every op is core ATen / edge with
@@ -70,19 +71,21 @@ def lowered(programs: dict, constants: dict | None, partitioner: list, verify: b
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     from edgeport.core.provenance import shared_provenance
-    from edgeport.targets.executorch.views import delegable_views
+    from edgeport.targets.executorch.views import delegable_views, linears_beside_their_input
 
     config = EdgeCompileConfig(_check_ir_validity=verify)
     with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied(), shared_provenance():
         warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
-        return to_edge_transform_and_lower(programs, transform_passes=[delegable_views], partitioner=partitioner,
+        passes = [delegable_views, linears_beside_their_input] if passes is None else passes
+        return to_edge_transform_and_lower(programs, transform_passes=passes, partitioner=partitioner,
                                            constant_methods=constants, compile_config=config)
 
 
 def partitioners(dynamic_quant: bool, split: bool = False) -> list:
     """One XNNPACK partitioner, over float ops and dynamically quantized linears alike, so a layer's linears
-    and the float ops between them are one delegate: SmolLM2-135M's two quantized methods lowered as 544
-    partitions the split way, and XNNPACK's per-partition work (its preprocess re-traces every partition
+    and the float ops between them are one delegate (:func:`.views.linears_beside_their_input` keeps a
+    q/k/v group from being cut off): SmolLM2-135M's two quantized methods lowered as 544 partitions the split
+    way, and XNNPACK's per-partition work (its preprocess re-traces every partition
     through ~15 passes; ExecuTorch re-legalizes the whole graph once per partition) was most of the lowering
     (bench/executorch_lowering.py; bench/LARGE_GENERATION.md, "ExecuTorch conversion time").
 
