@@ -1,6 +1,7 @@
 """ExecuTorch speed (issues 36 and 38): int8 keeps the convolutions XNNPACK's int8 kernel runs slower than fp32
 float; a row's ``op_time`` is measured by ExecuTorch's profiler and its causes name the ops outside XNNPACK
-with their time; an unrolled LSTM lowers as one XNNPACK partition, not one per cell. Tiny models, seconds each."""
+with their time; an unrolled LSTM lowers as one XNNPACK partition, not one per cell; dynamically quantized
+linears share one partition with the float ops around them. Tiny models, seconds each."""
 
 import numpy as np
 import torch
@@ -150,3 +151,69 @@ def test_a_norm_over_the_last_dim_stays_inside_xnnpack(tmp_path):
     save(edge, tmp_path / "norms.pte")
     out = ExecuTorchRunner(tmp_path / "norms.pte", 1).run([x.numpy()])[0]
     np.testing.assert_allclose(out, module(x).detach().numpy(), atol=1e-5)
+
+
+class QkvBlock(nn.Module):
+    """Three projections of one normed input (one shared activation quantization when dynamically quantized),
+    float ops between them, and an output projection: a transformer layer's linears in miniature."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(32, 32) for _ in range(4))
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return x + self.o(torch.relu(torch.sigmoid(self.q(h)) * self.k(h) + self.v(h)))
+
+
+def test_dynamically_quantized_linears_share_one_partition_with_the_float_ops(tmp_path):
+    """One XNNPACK partitioner takes the dynamically quantized linears and the float ops around them as one
+    delegate (with the q/k/v group that shares one activation quantization moved ahead of the float ops that
+    use it: 2 partitions without); the split way (quantized linears first, then float) cuts the block at every
+    linear. The ``.pte`` computes what the split one did."""
+    from edgeport.targets.executorch.delegation import summary
+    from edgeport.targets.executorch.generate import dynamic_int8
+    from edgeport.targets.executorch.lower import forget_lowered_graphs, lower, lowered, partitioners, save
+    from edgeport.targets.executorch.runtime import ExecuTorchRunner
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 6, 32)
+    program = dynamic_int8(torch.export.export(QkvBlock().eval(), (), kwargs={"x": x}), {"x": x})
+    try:
+        split_edge = lowered({"forward": program}, None, partitioners(True, split=True))
+        split = summary(split_edge)
+        save(split_edge, tmp_path / "split.pte")
+    finally:
+        forget_lowered_graphs()
+    edge = lower({"forward": program}, dynamic_quant=True)
+    block = summary(edge)
+    assert block["partitions"] == 1 and split["partitions"] >= 3, (block, split)
+    assert block["flops_share"] == split["flops_share"] == 1.0
+    save(edge, tmp_path / "qkv.pte")
+    out, before = (ExecuTorchRunner(tmp_path / f, 1).run([x.numpy()])[0] for f in ("qkv.pte", "split.pte"))
+    np.testing.assert_allclose(out, before, atol=1e-6)
+    # XNNPACK quantizes activations per row, the PT2E program per tensor: close, not equal
+    np.testing.assert_allclose(out, program.module()(x=x).detach().numpy(), atol=0.05)
+
+
+def test_a_dependency_cycle_lowers_again_the_split_way(monkeypatch):
+    """A lowering one partitioner refuses with a dependency cycle is lowered again with the dynamically
+    quantized linears partitioned first; other errors, and float programs, are not retried."""
+    import pytest
+
+    from edgeport.targets.executorch import lower as module
+
+    calls = []
+
+    def lowered(programs, constants, partitioner, verify=False):
+        calls.append(len(partitioner))
+        if len(partitioner) == 1:
+            raise AssertionError("Invalid partition, found dependency cycles")
+        return "edge"
+
+    monkeypatch.setattr(module, "lowered", lowered)
+    assert module.edge_program({}, dynamic_quant=True) == "edge" and calls == [1, 2]
+    calls.clear()
+    with pytest.raises(AssertionError, match="cycles"):
+        module.edge_program({}, dynamic_quant=False)
+    assert calls == [1]

@@ -11,8 +11,10 @@ out-of-place where nothing reads the input afterwards (each in-place write cost 
 per step). A write it leaves in place makes ExecuTorch return the written-back value ahead of the user
 outputs, and the runner keeps only the user outputs (by count, from the names the file carries).
 
-``dynamic-int8``: PT2E with the XNNPACK quantizer's dynamic config on each method (:mod:`.int8`); lowered with the dynamically quantized linears partitioned first (:func:`.lower.partitioners`: Qwen3's per-head
-q/k norms failed the lowering otherwise).
+``dynamic-int8``: PT2E with the XNNPACK quantizer's dynamic config on each method (:mod:`.int8`: int8
+per-channel linear weights, activations quantized per call), no calibration, the scheme ExecuTorch's LLM recipes
+start from; lowered by one XNNPACK partitioner over the quantized linears and the float ops between them
+(:func:`.lower.partitioners`: a layer is one delegate, not one per linear and one per float run between them).
 
 ``int4-block32``: XNNPACK's 8da4w (int4 weights in groups of 32, activations dynamically quantized to int8),
 ExecuTorch's own LLM scheme, through torchao's ``quantize_`` (:mod:`.int4`); lowered the same way.

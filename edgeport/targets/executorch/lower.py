@@ -33,39 +33,74 @@ def io_names(program) -> dict:
 
 def edge_program(programs: dict, io: dict | None = None, dynamic_quant: bool = False):
     """The EdgeProgramManager of ``programs`` (method name -> ExportedProgram) lowered to XNNPACK, with the
-    I/O names as a constant method when given; ``dynamic_quant``: see :func:`partitioners`. Splits, squeezes
-    and selects become slices and reshapes XNNPACK takes first (:mod:`.views`: an unrolled LSTM is one partition). What the lowering
-    leaves in module-level state is dropped whether it succeeds or not (a failed lowering kept its graphs,
-    with their weights, alive through the other rows' judges: 3.8x the weights at Qwen3-0.6B)."""
-    import warnings
-
-    import torch
-    from executorch.exir import to_edge_transform_and_lower
-
-    from edgeport.core.provenance import shared_provenance
-    from edgeport.targets.executorch.views import delegable_views
-
+    I/O names as a constant method when given; ``dynamic_quant``: see :func:`partitioners` (a lowering one
+    partitioner refuses with a dependency cycle is lowered again the split way). Splits, squeezes and selects
+    become slices and reshapes XNNPACK takes first (:mod:`.views`: an unrolled LSTM is one partition). What
+    the lowering leaves in module-level state is dropped whether it succeeds or not (a failed lowering kept
+    its graphs, with their weights, alive through the other rows' judges: 3.8x the weights at Qwen3-0.6B)."""
     constants = {IO_METHOD: json.dumps(io)} if io is not None else None
     try:
-        with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied(), shared_provenance():
-            warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
-            return to_edge_transform_and_lower(programs, transform_passes=[delegable_views],
-                                               partitioner=partitioners(dynamic_quant), constant_methods=constants)
+        return lowered(programs, constants, partitioners(dynamic_quant))
+    except Exception as exc:  # noqa: BLE001  (only the partitioner's cycle is retried; the rest is re-raised)
+        if not dynamic_quant or CYCLE not in str(exc):
+            raise
+        forget_lowered_graphs()
+        return lowered(programs, constants, partitioners(dynamic_quant, split=True))
     finally:
         forget_lowered_graphs()
 
 
-def partitioners(dynamic_quant: bool) -> list:
-    """XNNPACK's partitioner; for dynamically quantized programs, first one that takes only the dynamically
-    quantized linears, then the float one for the rest (ExecuTorch's own LLM export does the same). One
-    partitioner over both groups a layer's shared activation-quantization chain (the q, k and v projections
-    read one ``choose_qparams``) with the float ops around it; where a model normalizes q and k per head
-    (Qwen3, Gemma 3: a ``mean`` XNNPACK leaves outside) that group leaves and re-enters itself, and the
-    lowering fails ("Invalid partition, found dependency cycles")."""
+# what torch's fuser raises for a partition whose nodes leave it and come back (:func:`partitioners`)
+CYCLE = "found dependency cycles"
+
+
+def lowered(programs: dict, constants: dict | None, partitioner: list, verify: bool = False, passes: list | None = None):
+    """``to_edge_transform_and_lower`` under the house's lowering context (no grad, CPU tracing, weights
+    shared with the copies, provenance shared) with ``passes`` first (by default :func:`.views.delegable_views`
+    and :func:`.views.linears_beside_their_input`).
+
+    ``verify``: ExecuTorch's IR validity checks, off by default as ExecuTorch's own LLM export runs them
+    (``EdgeCompileConfig(_check_ir_validity=False)``): they check that every op is core ATen / edge with
+    dtypes its kernels take, re-running each node's fake kernel, at every edge program built and every pass
+    over it. They change nothing in the result; an op the runtime has no kernel for still fails the row
+    (the ``.pte`` is loaded and run by its judge). ~17% of a quantized lowering's profile
+    (bench/LARGE_GENERATION.md)."""
+    import warnings
+
+    import torch
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    from edgeport.core.provenance import shared_provenance
+    from edgeport.targets.executorch.views import delegable_views, linears_beside_their_input
+
+    config = EdgeCompileConfig(_check_ir_validity=verify)
+    with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied(), shared_provenance():
+        warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
+        passes = [delegable_views, linears_beside_their_input] if passes is None else passes
+        return to_edge_transform_and_lower(programs, transform_passes=passes, partitioner=partitioner,
+                                           constant_methods=constants, compile_config=config)
+
+
+def partitioners(dynamic_quant: bool, split: bool = False) -> list:
+    """One XNNPACK partitioner, over float ops and dynamically quantized linears alike, so a layer's linears
+    and the float ops between them are one delegate (:func:`.views.linears_beside_their_input` keeps a
+    q/k/v group from being cut off): SmolLM2-135M's two quantized methods lowered as 544 partitions the split
+    way, and XNNPACK's per-partition work (its preprocess re-traces every partition
+    through ~15 passes; ExecuTorch re-legalizes the whole graph once per partition) was most of the lowering
+    (bench/executorch_lowering.py; bench/LARGE_GENERATION.md, "ExecuTorch conversion time").
+
+    ``split``: the dynamically quantized linears partitioned first, on their own, then the float ops (what
+    ExecuTorch's own LLM export does). One partitioner over both groups a layer's shared activation-
+    quantization chain (the q, k and v projections read one ``choose_qparams``) with the float ops around
+    it; when ops XNNPACK leaves outside sit between them the group can leave and re-enter itself, and the
+    lowering fails ("Invalid partition, found dependency cycles"): Qwen3's per-head q/k norms did, before
+    the attention and cache-write rewrites (:mod:`edgeport.targets.rewrites`); not reproduced since, on a
+    tiny Qwen3 with or without the last-dim mean delegated. :func:`edge_program` then lowers the split way."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
         XnnpackDynamicallyQuantizedPartitioner, XnnpackPartitioner)
 
-    return [XnnpackDynamicallyQuantizedPartitioner(), XnnpackPartitioner()] if dynamic_quant else [XnnpackPartitioner()]
+    return [XnnpackDynamicallyQuantizedPartitioner(), XnnpackPartitioner()] if split and dynamic_quant \
+        else [XnnpackPartitioner()]
 
 
 def lower(programs: dict, dynamic_quant: bool = False):
