@@ -248,10 +248,23 @@ def test_release_programs_frees_the_weights_unless_a_bundle_judge_runs_them():
     for rows, kept in (([(litert, "fp32")], False), ([(litert, "fp32"), (litert, bundle)], True)):
         weight = torch.zeros(4)
         alive = weakref.ref(weight)
-        session = SimpleNamespace(programs={"decode": SimpleNamespace(state_dict={"w": weight})}, weight_bytes=0)
+        session = SimpleNamespace(programs={"decode": SimpleNamespace(state_dict={"w": weight})}, weight_bytes=0,
+                                  fallback=None)
         del weight
         release_programs(session, rows)
         assert (alive() is not None) == kept and bool(session.programs) == kept
+
+
+def test_release_programs_keeps_them_for_a_search_that_quantizes_the_programs():
+    """ExecuTorch's precision search rebuilds from the programs (GenerativeFallback.programs): with
+    --fallback float on a row it may search they stay; LiteRT's search reads its fp32 .tflite, so they go."""
+    from edgeport.pipeline.tasks.text_generation.session import release_programs
+
+    search = SimpleNamespace(mode="float")
+    for rows, kept in (([(get_target("executorch"), "int4-block32")], True), ([(get_target("litert"), "int4-block32")], False)):
+        session = SimpleNamespace(programs={"decode": object()}, weight_bytes=0, fallback=search)
+        release_programs(session, rows)
+        assert bool(session.programs) == kept
 
 
 def test_release_skips_the_collection_for_a_small_model(monkeypatch):
