@@ -219,7 +219,7 @@ def _is_linear(target, args: tuple, kwargs: dict) -> bool:
 def _linear(x, weight, bias=None):
     """``x @ weight.T (+ bias)`` as one ``dot_general`` contracting ``weight``'s input dim where it lies.
 
-    torchax lowers ``aten.linear`` as ``x @ transpose(weight)``. On TPU the layout pass absorbs the transpose, but
+    torchax lowers ``aten.linear`` as ``x @ transpose(weight)``. TPU's layout pass may absorb the transpose, but
     XLA:CPU, which runs the artifact's parity and latency here, materializes it: every weight is copied
     transposed on every call (a ``transpose_copy_fusion`` per linear in the compiled decode), so a 1B-class decode
     step moved the weights three times over and ran ~3x slower than the bytes it has to read. Contracting
