@@ -32,6 +32,25 @@ def convert_searched(root, target: str, keep: str, budget: float, also=()):
     return result, out
 
 
+def assert_searched_row_passed(result, out, row: dict, groups: int, measured: str) -> list[str]:
+    """What every target's searched row shows: the rebuilt artifact's mean KLD is below the full int4's, it
+    names its kept groups (a proper subset of ``groups``), the search curve starts at the failed artifact and
+    ends at the passing one, the kept groups cost size, and the files are what the row names. Returns the
+    kept groups' names."""
+    assert result.returncode == 0, result.stderr
+    q = row["quantization"]
+    assert row["status"] == "ok" and q["before"]["kld_mean"] > row["quality"]["kld_mean"]
+    assert q["after"]["kld_mean"] == row["quality"]["kld_mean"] and q["measured"] == measured
+    floats = [layer["name"] for layer in q["float_layers"]]
+    assert q["layers"] == groups and 0 < len(floats) < groups
+    assert q["search"][0] == {**q["search"][0], "float_layers": 0, "measured": "artifact", "passed": False}
+    assert q["search"][-1] == {**q["search"][-1], "float_layers": len(floats), "measured": "artifact", "passed": True}
+    assert q["after"]["size_bytes"] == row["size_bytes"] > q["before"]["size_bytes"]
+    assert any(", ".join(floats) in note for note in row["notes"])
+    assert sum((out / f["path"]).stat().st_size for f in row["files"]) == row["size_bytes"]
+    return floats
+
+
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     result, out = convert_searched(tmp_path_factory.mktemp("genfallback"), "onnx", "float", BUDGET)
@@ -42,20 +61,11 @@ def test_row_over_budget_keeps_groups_float_and_passes_rebuilt(searched):
     """Full int4 misses the budget; the rebuilt artifact (judged through onnxruntime on the same text) meets it,
     lists its float groups in report.json, costs size, and its files are what the row names."""
     result, out, report = searched
-    assert result.returncode == 0, result.stderr
     row = next(r for r in report["targets"] if r["variant"] == "int4-block32")
-    q = row["quantization"]
-    assert row["status"] == "ok" and q["before"]["kld_mean"] > BUDGET >= row["quality"]["kld_mean"]
-    assert q["after"]["kld_mean"] == row["quality"]["kld_mean"]
-    assert row["checks"]["passed"] == row["checks"]["total"] == 1 and row["checks"]["lost"] == 0
-    floats = [layer["name"] for layer in q["float_layers"]]
-    assert floats and len(floats) < q["layers"] == 5 and all(layer["why"].startswith("--fallback float") for layer in q["float_layers"])
-    assert q["search"][0] == {**q["search"][0], "float_layers": 0, "measured": "artifact", "passed": False}
-    assert q["search"][-1] == {**q["search"][-1], "float_layers": len(floats), "measured": "artifact", "passed": True}
-    assert q["after"]["size_bytes"] == row["size_bytes"] > q["before"]["size_bytes"]
-    assert any(", ".join(floats) in note for note in row["notes"])
-    on_disk = sum((out / f["path"]).stat().st_size for f in row["files"])
-    assert on_disk == row["size_bytes"]
+    floats = assert_searched_row_passed(result, out, row, 5, "simulation")
+    assert row["quality"]["kld_mean"] <= BUDGET and row["checks"]["passed"] == row["checks"]["total"] == 1
+    assert row["checks"]["lost"] == 0 and floats
+    assert all(layer["why"].startswith("--fallback float") for layer in row["quantization"]["float_layers"])
     assert "Fallback search (float groups" in (out / "report.md").read_text()
 
 
