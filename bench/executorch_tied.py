@@ -4,7 +4,8 @@ file), decode ms/token and tokens/s, token agreement. "before" is today's code w
 
     python bench/executorch_tied.py DIR --out OUT [--cache-len 256 --prefill-len 32 --gen-tokens 8 --samples 2 --threads 2]
 
-DIR: a tied Hugging Face model (``python bench/large_generation.py build qwen3-small DIR``). Each mode is one
+DIR: a tied Hugging Face model (``python bench/large_generation.py build qwen3-vocab DIR``; qwen3-small and
+larger need the memory lock). Each mode is one
 ``edgeport convert hf:DIR --task text-generation -t executorch --no-cache --no-localize`` in its own process
 under the memory lock (``--no-lock``: not), before then after (``--rounds`` times). The decode number
 compared is then measured in one process holding both artifacts, calling their ``decode`` in turn (``--calls``
