@@ -76,6 +76,7 @@ def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_p
     def recording(*args, **kwargs):
         output = emit(*args, **kwargs)
         constants.extend(b.storage for b in output.program.constant_buffer[1:])   # [0] is reserved, empty
+        constants.extend(output.external_constant_buffer)   # the tied table, for the .ptd (test_executorch_tied.py)
         return output
 
     monkeypatch.setattr(_program, "emit_program", recording)
@@ -91,8 +92,10 @@ def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_p
         table = programs["decode"].state_dict["embed.weight"].detach().numpy().tobytes()
         assert [c.to_bytes() for c in constants].count(table) == 1   # the gather's table, once for both methods
     del edge, modules, blobs
-    assert (tmp_path / "spilled.pte").read_bytes() == (tmp_path / "in_memory.pte").read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.pte", "spilled.pte"]   # the spill folder went
+    for suffix in (".pte", ".ptd"):
+        assert (tmp_path / f"spilled{suffix}").read_bytes() == (tmp_path / f"in_memory{suffix}").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.ptd", "in_memory.pte", "spilled.ptd",
+                                                          "spilled.pte"]   # the spill folder went
     assert lowered_alive() == 0   # before: the last lowering's graphs, with their weights, stayed reachable
     assert "bytes" not in vars(_emitter) and _emitter.hashlib is hashlib
 
@@ -124,7 +127,8 @@ def test_lowering_shares_the_programs_weights_and_writes_the_same_pte(tmp_path, 
     L.save(L.lower(programs), tmp_path / "copied.pte")
     assert shared and all(ptrs and ptrs <= weights for ptrs in shared)
     assert any(not ptrs <= weights for ptrs in read)   # ExecuTorch's own lowering preprocesses copies
-    assert (tmp_path / "shared.pte").read_bytes() == (tmp_path / "copied.pte").read_bytes()
+    for suffix in (".pte", ".ptd"):
+        assert (tmp_path / f"shared{suffix}").read_bytes() == (tmp_path / f"copied{suffix}").read_bytes()
     assert "copy_exported_program_for_preprocess" not in XnnpackBackend.__dict__   # ExecuTorch's own, restored
     assert duplicate_constant_node_pass.copy is copy
 

@@ -20,8 +20,8 @@ def convert(job: ConvertJob) -> Converted:
         edge = lower({"forward": program})
         details = {"delegation": summary(edge), **({"quantization": {"float_on_purpose": on_purpose}} if on_purpose else {})}
         job.progress("serialization")
-        save(edge, path)
-    return Converted(path, details)
+        data = save(edge, path)
+    return Converted(path, details, files=[data] if data is not None else [])
 
 
 def report_sections(row: dict) -> list[ReportSection]:

@@ -54,13 +54,15 @@ def convert(job: GenerativeJob, quantize=None) -> Converted:
         edge = lower(programs, dynamic_quant=quantized)
         details = {"delegation": summary(edge), "methods": list(programs),
                    "kv_cache": "explicit input/output state (each method returns the updated cache)"}
-        save(edge, path)
+        data = save(edge, path)
+    if data is not None:
+        details["tied_weights"] = {"file": data.name, "why": "the tied embedding/head table stored once, beside the .pte"}
     if job.variant == "int4-block32":
         details["int4"] = {**SCHEME, "float_linears": kept_float}
         if kept_float:
             job.notes.append(f"int4-block32: {len(kept_float)} linear(s) kept float (input dimension not a multiple "
                              f"of {GROUP}, or no constant 2-D weight): {', '.join(kept_float[:5])}")
-    return Converted(path, details)
+    return Converted(path, details, files=[data] if data is not None else [])
 
 
 def load(path: Path, threads: int) -> ExecuTorchSignatureRunner:

@@ -57,7 +57,8 @@ CYCLE = "found dependency cycles"
 def lowered(programs: dict, constants: dict | None, partitioner: list, verify: bool = False, passes: list | None = None):
     """``to_edge_transform_and_lower`` under the house's lowering context (no grad, CPU tracing, weights
     shared with the copies, provenance shared) with ``passes`` first (by default :func:`.views.delegable_views`
-    and :func:`.views.linears_beside_their_input`).
+    and :func:`.views.linears_beside_their_input`), then the tied tables tagged for the ``.ptd``
+    (:mod:`.tied`: XNNPACK writes a tagged weight to that file as it lowers, so :func:`save` must write it).
 
     ``verify``: ExecuTorch's IR validity checks, off by default as ExecuTorch's own LLM export runs them
     (``EdgeCompileConfig(_check_ir_validity=False)``): they check that every op is core ATen / edge with
@@ -71,12 +72,14 @@ def lowered(programs: dict, constants: dict | None, partitioner: list, verify: b
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     from edgeport.core.provenance import shared_provenance
+    from edgeport.targets.executorch.tied import tag_tied, tied_placeholders
     from edgeport.targets.executorch.views import delegable_views, linears_beside_their_input
 
     config = EdgeCompileConfig(_check_ir_validity=verify)
     with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied(), shared_provenance():
         warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
-        passes = [delegable_views, linears_beside_their_input] if passes is None else passes
+        passes = [delegable_views, linears_beside_their_input] if passes is None else list(passes)
+        passes.append(tag_tied(tied_placeholders(programs)))
         return to_edge_transform_and_lower(programs, transform_passes=passes, partitioner=partitioner,
                                            constant_methods=constants, compile_config=config)
 
@@ -108,24 +111,28 @@ def lower(programs: dict, dynamic_quant: bool = False):
     return edge_program(programs, {name: io_names(program) for name, program in programs.items()}, dynamic_quant)
 
 
-def save(edge, path: Path) -> None:
+def save(edge, path: Path) -> Path | None:
     """``to_executorch`` and the ``.pte`` written to ``path``, piece by piece (``.buffer`` would first join
-    every weight into one bytes object: a second copy of the weights at the run's peak)."""
+    every weight into one bytes object: a second copy of the weights at the run's peak); a tied table once,
+    in the ``.ptd`` beside it (:mod:`.tied`), whose path is returned (None: the ``.pte`` is the artifact)."""
     import warnings
 
     import torch
 
     from edgeport.core.provenance import shared_provenance
+    from edgeport.targets.executorch.tied import backend_config, write_data
 
     try:
         with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), shared_provenance():
             warnings.simplefilter("ignore")
-            program = edge.to_executorch()
+            program = edge.to_executorch(backend_config())
             with open(path, "wb") as f:
                 program.write_to_file(f)
+            data = write_data(program, path)
         del program
     finally:
         forget_lowered_graphs()
+    return data
 
 
 @contextlib.contextmanager

@@ -16,6 +16,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from edgeport.targets.executorch.tied import existing_data
+
 RUNS = 5
 # artifacts above this are not loaded a second time for the profile (the weights would be held twice)
 PROFILE_MAX_BYTES = 256 << 20
@@ -30,7 +32,7 @@ def op_times(path: Path, inputs: list, method: str = "forward", runs: int = RUNS
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
     from executorch.extension.pybindings import portable_lib
 
-    module = portable_lib._load_for_executorch(str(path), enable_etdump=True)
+    module = portable_lib._load_for_executorch(str(path), existing_data(path), enable_etdump=True)
     for _ in range(runs + 1):   # the first run packs XNNPACK's weights: it is dropped below
         module.run_method(method, inputs)
     with tempfile.TemporaryDirectory(prefix="edgeport-etdump-") as tmp:

@@ -31,6 +31,7 @@ from edgeport.diagnostics import first_line
 from edgeport.targets.runner import BaseRunner
 from edgeport.targets.signature import PerSignature, SignatureRunner, cast_to, one_at_a_time, tensor
 from edgeport.targets.executorch.lower import IO_METHOD
+from edgeport.targets.executorch.tied import existing_data
 
 # c10::ScalarType codes the runtime reports (TensorInfo.dtype()) -> numpy
 DTYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
@@ -50,7 +51,7 @@ class Loaded:
             warnings.simplefilter("ignore")  # "This API is experimental and subject to change"
             from executorch.runtime import Runtime
 
-            self.program = Runtime.get().load_program(str(path))
+            self.program = Runtime.get().load_program(str(path), data_path=existing_data(path))
         self.threads = max(1, int(threads))
         names = self.program.method_names
         self.io = load_json(self._load(IO_METHOD).execute([])[0], f"{path}: {IO_METHOD}") if IO_METHOD in names else {}
