@@ -75,7 +75,9 @@ def kld_sections(report: dict) -> list:
 
 
 def _cost(record: dict) -> str:
-    size, latency = record.get("size_vs_full_int8"), record.get("latency_vs_full_int8")
+    # *_int8: the keys' names before they covered int4 rows (a report.json written then, re-rendered)
+    size = record.get("size_vs_full_quantized", record.get("size_vs_full_int8"))
+    latency = record.get("latency_vs_full_quantized", record.get("latency_vs_full_int8"))
     parts = ([f"size ×{size:.2f}"] if size else []) + ([f"p50 ×{latency:.2f}"] if latency else [])
     return ", ".join(parts) or "–"
 
