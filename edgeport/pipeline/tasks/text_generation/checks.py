@@ -133,15 +133,21 @@ def prepare_checks(path_text: str, tokenizer_dir: Path | None, layout, programs:
     for check in checks:
         check["ids"] = prompt_ids(tokenizer, check)
         check_prompt(check["ids"], layout, f"--checks {check['name']}", check["max_new_tokens"])
-    generations = generate_all(ProgramRunner(programs), layout, checks)
+    reference, transcripts = reference_answers(ProgramRunner(programs), layout, checks, tokenizer)
+    return {"checks": checks, "tokenizer": tokenizer, "reference": reference, "transcripts": transcripts}
+
+
+def reference_answers(runner, layout, checks: list[dict], tokenizer) -> tuple[list[tuple], list[tuple]]:
+    """The reference's (PyTorch's) answer to each check: (passed, why not, answer, decisive margin), and its
+    transcript (the answer's tokens up to the step after which it held, the logits they were chosen from)."""
     reference, transcripts = [], []
-    for check, generation in zip(checks, generations):
+    for check, generation in zip(checks, generate_all(runner, layout, checks)):
         answer = tokenizer.decode(generation.tokens, skip_special_tokens=True)
         ok, why = holds(check, answer)
         steps = decided_at(check, generation, tokenizer) if ok else len(generation.tokens)
         reference.append((ok, why, answer, decisive_margin(check, generation, tokenizer) if ok else None))
         transcripts.append((generation.tokens[:steps], generation.logits[:steps]))
-    return {"checks": checks, "tokenizer": tokenizer, "reference": reference, "transcripts": transcripts}
+    return reference, transcripts
 
 
 def generate_all(runner, layout, checks: list[dict]) -> list:
