@@ -90,7 +90,12 @@ def print_search(record: dict) -> None:
         print(f"    sensitive: {g['name']} alone mean KLD {g['kld_mean']:.4g} ({g['fp32_bytes']} fp32 bytes)")
     for s in record["search"]:
         print(f"    step: {s['float_layers']} float, mean KLD {fmt(s['kld_mean'], '.4g')}, p99 {fmt(s['kld_p99'], '.4g')}, "
-              f"top-1 {fmt(100 * s['top1_agreement'], '.1f', '%')}, {'pass' if s['passed'] else 'fail'} ({s['measured']})")
+              f"top-1 {fmt(100 * s['top1_agreement'], '.1f', '%')}, {'pass' if s['passed'] else 'fail'} ({s['measured']})"
+              f"{', for the checks' if s.get('for') == 'checks' else ''}"
+              f"{', lost ' + ', '.join(s['lost_checks']) if s.get('lost_checks') else ''}")
+    for r in record.get("check_rankings") or []:
+        print(f"    check ranking after {r['kept_before']} kept (lost {', '.join(r['lost_checks'])}): "
+              + ", ".join(f"{g['name']} {g['kld_mean']:.3g}" for g in r["sensitive_layers"]))
 
 
 def fmt(value, spec: str, unit: str = "") -> str:

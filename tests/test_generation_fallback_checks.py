@@ -150,6 +150,11 @@ def test_a_check_aware_step_keeps_the_group_that_moves_the_answer_and_the_row_pa
     assert [r["name"] for r in record["sensitive_layers"]][-1] == "answer"   # last in the KLD order
     assert record["size_vs_full_quantized"] == 1.2 and "size_vs_full_int8" not in record
     assert any("kept 2 of 4 weight groups at int8" in n for n in notes)
+    from edgeport.validate.quantization import kld_sections
+
+    report = {"targets": [{"target": "onnx", "variant": "int4-block32", "quantization": {**record, "keep": "int8"}}]}
+    table = next(t for t in kld_sections(report) if t.key == "fallback-search-kld")
+    assert [r[1] for r in table.rows] == ["0 at int8", "1 at int8", "2 at int8 (last for the checks)", "2 at int8"]
 
 
 def test_forced_greedy_scores_the_reference_answer_not_its_own():
