@@ -169,3 +169,17 @@ def test_forced_greedy_scores_the_reference_answer_not_its_own():
     assert moved["kld_mean"] > 0.4 and moved["top1_agreement"] == 0.5
     with pytest.raises(ValueError, match="no PyTorch transcript"):
         transcript_metrics(Model(), s.layout, s.checks, ["nope"])
+
+
+def test_transcripts_reach_a_worker_session(monkeypatch):
+    """A row in a worker process rebuilds the prepared checks from the spec: the transcripts' tokens (JSON) and
+    PyTorch's logits (the inputs file) come back as they were."""
+    from edgeport.pipeline.tasks.text_generation import jobs, prompts
+
+    prepared = session().checks
+    fields = jobs._checks_fields(prepared, SimpleNamespace(model="hf:/nowhere"))
+    arrays = {f"c{i}": logits for i, (_t, logits) in enumerate(prepared["transcripts"])}
+    monkeypatch.setattr(prompts, "load_tokenizer", lambda where, what: Letters())
+    back = jobs._checks(fields, arrays)
+    assert [t for t, _ in back["transcripts"]] == [[5, 6]]
+    assert np.array_equal(back["transcripts"][0][1], prepared["transcripts"][0][1])
