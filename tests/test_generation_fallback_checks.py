@@ -149,7 +149,8 @@ def test_a_check_aware_step_keeps_the_group_that_moves_the_answer_and_the_row_pa
     assert ranking[0]["sensitive_layers"][0]["name"] == "answer" and ranking[0]["sensitive_layers"][0]["kld_mean"] > 0
     assert [r["name"] for r in record["sensitive_layers"]][-1] == "answer"   # last in the KLD order
     assert record["size_vs_full_quantized"] == 1.2 and "size_vs_full_int8" not in record
-    assert any("kept 2 of 4 weight groups at int8" in n for n in notes)
+    assert any("kept 2 of 4 weight groups at int8 to meet the quality budget and keep the task checks (answer for "
+               "them): text, answer" in n for n in notes), notes
     from edgeport.validate.quantization import kld_sections
 
     report = {"targets": [{"target": "onnx", "variant": "int4-block32", "quantization": {**record, "keep": "int8"}}]}

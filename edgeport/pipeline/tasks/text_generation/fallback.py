@@ -234,8 +234,10 @@ def _conclude(row, record: dict, rebuilt: bool, before: dict, cap: int, mode: st
     kept = ", ".join(layer["name"] for layer in record["float_layers"])
     if rebuilt and row.status == "ok":
         at = "float" if mode == "float" else f"at {mode}"
+        for_checks = [layer["name"] for layer in record["float_layers"] if layer.get("for") == "checks"]
+        also = f" and keep the task checks ({', '.join(for_checks)} for them)" if for_checks else ""
         row.note(f"--fallback {mode} kept {len(record['float_layers'])} of {record['layers']} weight groups {at} "
-                 f"to meet the quality budget: {kept} (mean KLD {before['kld_mean']:.4g} -> "
+                 f"to meet the quality budget{also}: {kept} (mean KLD {before['kld_mean']:.4g} -> "
                  f"{record['after']['kld_mean']:.4g}, size x{record['size_vs_full_quantized']})")
         return
     best = min((s for s in record["search"] if s["float_layers"]), key=lambda s: s["kld_mean"], default=None)
