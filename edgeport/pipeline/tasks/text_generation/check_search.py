@@ -87,7 +87,7 @@ class ForChecks:
         return next((g for g in kld_order if g not in kept), None), "quality"
 
     def _rank(self, kept: list[str]) -> None:
-        self.say(f"--fallback: ranking {len(self.groups) - len(kept)} groups on the transcripts of the lost "
+        self.say(f"--fallback {self.session.fallback.mode}: ranking {len(self.groups) - len(kept)} groups on the transcripts of the lost "
                  f"checks ({', '.join(self.lost)})")
         ranked = check_sensitivity(self.quantizer, self.session, self.groups, self.lost, skip=set(kept))
         self.order, self.ranked_for = [r["name"] for r in ranked], set(self.lost)
