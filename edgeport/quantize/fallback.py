@@ -115,8 +115,8 @@ def _adopt(row, built, staging: Path, record: dict, floats: list) -> None:
     row.details.update(converted.details)
     latency = (row.latency_ms or {}).get("p50")
     record["float_layers"] = [{**layer.to_json(), "why": FALLBACK_WHY} for layer in floats]
-    record["size_vs_full_int8"] = round(row.size_bytes / full_size, 4) if full_size else None
-    record["latency_vs_full_int8"] = round(latency / full_latency, 4) if latency and full_latency else None
+    record["size_vs_full_quantized"] = round(row.size_bytes / full_size, 4) if full_size else None
+    record["latency_vs_full_quantized"] = round(latency / full_latency, 4) if latency and full_latency else None
     if verdict.parity and verdict.parity["passed"]:
         kept = ", ".join(layer.name for layer in floats)
         row.note(f"int8 kept {len(floats)} of {record['layers']} layers float to meet the budget: {kept}")

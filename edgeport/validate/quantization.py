@@ -58,7 +58,7 @@ def kld_sections(report: dict) -> list:
                   _fmt(100 * g["top1_agreement"], ".1f")]
                  for label, q in _rows_with(report, "sensitive_layers") if _kld(q) for g in q["sensitive_layers"]]
     kept = lambda q: "" if q.get("keep", "float") == "float" else f" at {q['keep']}"  # noqa: E731  (--fallback int8)
-    steps = [[label, f"{s['float_layers']}{kept(q)}", _fmt(s["kld_mean"], ".4g"), _fmt(s["kld_p99"], ".4g"),
+    steps = [[label, f"{s['float_layers']}{kept(q)}{_for(s)}", _fmt(s["kld_mean"], ".4g"), _fmt(s["kld_p99"], ".4g"),
               _fmt(None if s["top1_agreement"] is None else 100 * s["top1_agreement"], ".1f"),
               "yes" if s["passed"] else "no", s.get("measured") or "–"]
              for label, q in _rows_with(report, "search") if _kld(q) for s in q["search"]]
@@ -74,8 +74,15 @@ def kld_sections(report: dict) -> list:
     return sections
 
 
+def _for(step: dict) -> str:
+    """A step whose last group was kept for the task checks (the quality budget was met, checks were lost)."""
+    return " (last for the checks)" if step.get("for") == "checks" else ""
+
+
 def _cost(record: dict) -> str:
-    size, latency = record.get("size_vs_full_int8"), record.get("latency_vs_full_int8")
+    # *_int8: the keys' names before they covered int4 rows (a report.json written then, re-rendered)
+    size = record.get("size_vs_full_quantized", record.get("size_vs_full_int8"))
+    latency = record.get("latency_vs_full_quantized", record.get("latency_vs_full_int8"))
     parts = ([f"size ×{size:.2f}"] if size else []) + ([f"p50 ×{latency:.2f}"] if latency else [])
     return ", ".join(parts) or "–"
 

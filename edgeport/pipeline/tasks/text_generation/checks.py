@@ -133,13 +133,21 @@ def prepare_checks(path_text: str, tokenizer_dir: Path | None, layout, programs:
     for check in checks:
         check["ids"] = prompt_ids(tokenizer, check)
         check_prompt(check["ids"], layout, f"--checks {check['name']}", check["max_new_tokens"])
-    generations = generate_all(ProgramRunner(programs), layout, checks)
-    reference = []
-    for check, generation in zip(checks, generations):
+    reference, transcripts = reference_answers(ProgramRunner(programs), layout, checks, tokenizer)
+    return {"checks": checks, "tokenizer": tokenizer, "reference": reference, "transcripts": transcripts}
+
+
+def reference_answers(runner, layout, checks: list[dict], tokenizer) -> tuple[list[tuple], list[tuple]]:
+    """The reference's (PyTorch's) answer to each check: (passed, why not, answer, decisive margin), and its
+    transcript (the answer's tokens up to the step after which it held, the logits they were chosen from)."""
+    reference, transcripts = [], []
+    for check, generation in zip(checks, generate_all(runner, layout, checks)):
         answer = tokenizer.decode(generation.tokens, skip_special_tokens=True)
         ok, why = holds(check, answer)
+        steps = decided_at(check, generation, tokenizer) if ok else len(generation.tokens)
         reference.append((ok, why, answer, decisive_margin(check, generation, tokenizer) if ok else None))
-    return {"checks": checks, "tokenizer": tokenizer, "reference": reference}
+        transcripts.append((generation.tokens[:steps], generation.logits[:steps]))
+    return reference, transcripts
 
 
 def generate_all(runner, layout, checks: list[dict]) -> list:
@@ -153,20 +161,25 @@ def answer_all(runner, layout, checks: list[dict], tokenizer) -> list[str]:
     return [tokenizer.decode(g.tokens, skip_special_tokens=True) for g in generate_all(runner, layout, checks)]
 
 
+def decided_at(check: dict, generation, tokenizer) -> int:
+    """The number of greedy steps after which the answer holds (all of them when it never does): the steps
+    where PyTorch's answer was decided, which a precision search for the checks scores (:mod:`.check_search`)."""
+    for k in range(1, len(generation.tokens) + 1):
+        if holds(check, tokenizer.decode(generation.tokens[:k], skip_special_tokens=True))[0]:
+            return k
+    return len(generation.tokens)
+
+
 def decisive_margin(check: dict, generation, tokenizer) -> float:
     """The smallest top-1 minus top-2 probability over the greedy steps up to the one after which the
-    answer holds: how close PyTorch's own pass came to another answer."""
+    answer holds (:func:`decided_at`): how close PyTorch's own pass came to another answer."""
     import numpy as np
 
     from edgeport.validate.distribution import log_softmax
 
-    probs = np.exp(log_softmax(generation.logits))
+    probs = np.exp(log_softmax(generation.logits[:decided_at(check, generation, tokenizer)]))
     top2 = np.sort(probs, -1)[:, -2:]
-    margins = top2[:, 1] - top2[:, 0]
-    for k in range(1, len(generation.tokens) + 1):
-        if holds(check, tokenizer.decode(generation.tokens[:k], skip_special_tokens=True))[0]:
-            return float(margins[:k].min())
-    return float(margins.min())
+    return float((top2[:, 1] - top2[:, 0]).min())
 
 
 def run_checks(runner, layout, prepared: dict) -> dict:
@@ -213,27 +226,32 @@ def checks_drop(results: list[dict]) -> tuple[float, list[str], list[str], int]:
     return (len(lost) / len(firm) if firm else 0.0), lost, fragile, len(firm)
 
 
-def candidate_check_failures(runner, layout, prepared: dict, budget: dict) -> list[str]:
+def candidate_check_failures(runner, layout, prepared: dict, budget: dict, first=()) -> tuple[list[str], list[str]]:
     """The checks gate on a precision-search candidate, answering only what can decide it: the checks PyTorch
-    passed firmly, in file order, stopping at the first loss the budget cannot absorb. A failing candidate
-    (most of a search's) then costs a few answers instead of the whole file (24 SmolLM2 answers took ~2.3 min
-    a candidate, 9x its KLD); the rebuilt winner is judged on every check like any row."""
+    passed firmly, ``first`` (the names an earlier candidate lost: the likeliest to be lost again) then file
+    order, stopping at the first loss the budget cannot absorb. A failing candidate (most of a search's) then
+    costs a few answers instead of the whole file (24 SmolLM2 answers took ~2.3 min a candidate, 9x its KLD);
+    the rebuilt winner is judged on every check like any row. (failure lines, names lost)."""
     from edgeport.validate.parity import gates
 
     if not gates(budget, "checks_drop_max"):
-        return []
-    tokenizer = prepared["tokenizer"]
-    return lost_past_budget(prepared["checks"], prepared["reference"], budget["checks_drop_max"],
-                            lambda check: answer_all(runner, layout, [check], tokenizer)[0])
+        return [], []
+    tokenizer, lost = prepared["tokenizer"], []
+    failures = lost_past_budget(prepared["checks"], prepared["reference"], budget["checks_drop_max"],
+                                lambda check: answer_all(runner, layout, [check], tokenizer)[0], first, lost)
+    return failures, lost
 
 
-def lost_past_budget(checks: list[dict], reference: list[tuple], drop_max: float, answer) -> list[str]:
-    """``answer(check)`` for each firm check until more are lost than ``drop_max`` of them allows: the
-    failure line then (as :func:`checks_failures` would give for the whole file), else nothing."""
+def lost_past_budget(checks: list[dict], reference: list[tuple], drop_max: float, answer, first=(),
+                     lost: list | None = None) -> list[str]:
+    """``answer(check)`` for each firm check (those named in ``first`` first) until more are lost than
+    ``drop_max`` of them allows: the failure line then (as :func:`checks_failures` would give for the whole
+    file), else nothing. ``lost`` (when given) is filled with the names lost."""
     import math
 
     firm = [c for c, (ok, _, _, margin) in zip(checks, reference) if ok and not near_tie(margin)]
-    allowed, lost = math.floor(drop_max * len(firm) + 1e-9), []
+    firm.sort(key=lambda c: c["name"] not in first)   # stable: file order within each part
+    allowed, lost = math.floor(drop_max * len(firm) + 1e-9), [] if lost is None else lost
     for check in firm:
         if not holds(check, answer(check))[0]:
             lost.append(check["name"])

@@ -95,6 +95,7 @@ def _prepare_args(target, built, session, mode: str, programs) -> dict:
 
 
 def _search(row, support, quantizer, built, session, staging: Path, say, judged) -> tuple[dict, bool]:
+    from edgeport.pipeline.tasks.text_generation.check_search import ForChecks
     from edgeport.pipeline.tasks.text_generation.quality import quality_failures
 
     budget, groups = built.budget, quantizer.groups
@@ -106,30 +107,57 @@ def _search(row, support, quantizer, built, session, staging: Path, say, judged)
               "search": [_step(before, 0, "artifact", not quality_failures(row.details["quality"], budget))],
               "before": before, "measured": quantizer.measured}
     order, margin, builds, rebuilt, mode = [r["name"] for r in ranked], {}, 0, False, session.fallback.mode
+    aim, kept, why = ForChecks(quantizer, session, groups, say), [], {}
     for k in range(1, min(cap, len(order)) + 1):
-        floats = order[:k]
-        say(f"--fallback {mode}: {k} group(s) {mode}, simulated over the eval text")
-        quantized = [g for g in groups if g not in floats]
-        candidate = lambda: quantizer.runner(quantized, **({} if mode == "float" else {"kept": floats}))  # noqa: E731
-        sim = _measure(candidate(), session, session.quality)
-        failures = quality_failures(sim, _tightened(budget, margin))
-        failures = failures or _check_failures(candidate(), session, budget)
-        record["search"].append({**_step(sim, k, quantizer.measured, not failures), **_why(failures)})
+        group, reason = aim.next(order, kept)
+        if group is None:
+            break
+        kept, why[group] = kept + [group], reason
+        say(f"--fallback {mode}: {k} group(s) {mode} (+{group}, for the {why[group]}), simulated over the eval text")
+        failures = _candidate(quantizer, groups, kept, session, _tightened(budget, margin), aim)
+        record["search"].append({**failures.pop(), "for": why[group], **_why(failures)})
         if failures:   # said as it happens: a search stopped by --row-timeout keeps no record, only its log
             say(f"--fallback {mode}: {k} group(s) {mode} fail: {'; '.join(failures)}")
             continue
         say(f"--fallback {mode}: rebuilding with {k} group(s) {mode}, judged again")
-        real = _rebuild(row, support, quantizer, floats, session, staging, budget, judged)
+        real = _rebuild(row, support, quantizer, kept, session, staging, budget, judged)
         builds, rebuilt = builds + 1, True
         record["search"].append({**_step(real, k, "artifact", row.status == "ok"),
                                  **_why([row.error] if row.status != "ok" and row.error else [])})
-        record["float_layers"] = [{"name": g, "op": groups[g]["op"], "source": None, "matmuls": groups[g]["matmuls"],
-                                   "precision": mode, "why": FALLBACK_WHY.replace("float", mode, 1)} for g in floats]
+        record["float_layers"] = [_kept(g, groups[g], mode, why[g]) for g in kept]
         if row.status == "ok" or builds >= MAX_BUILDS or real["kld_mean"] is None:   # None: it did not run
             break
-        margin = {key: max(0.0, abs(real.get(key, 0) - sim[key])) for key in METRICS}
+        margin = {key: max(0.0, abs(real.get(key, 0) - record["search"][-2][key])) for key in METRICS}
+    if aim.rankings:
+        record["check_rankings"] = aim.rankings
     _conclude(row, record, rebuilt, before, cap, mode)
     return record, rebuilt
+
+
+def _candidate(quantizer, groups: dict, kept: list[str], session, budget: dict, aim) -> list:
+    """The failures of the simulated candidate keeping ``kept`` (the quality budget, then the checks), its
+    search step last; ``aim`` hears what it lost."""
+    from edgeport.pipeline.tasks.text_generation.quality import quality_failures
+
+    mode = session.fallback.mode
+    quantized = [g for g in groups if g not in kept]
+    candidate = lambda: quantizer.runner(quantized, **({} if mode == "float" else {"kept": kept}))  # noqa: E731
+    sim = _measure(candidate(), session, session.quality)
+    failures, lost = quality_failures(sim, budget), []
+    missed = bool(failures)
+    if not missed:
+        failures, lost = _check_failures(candidate(), session, budget, aim.lost)
+    aim.saw(missed, lost)
+    step = _step(sim, len(kept), quantizer.measured, not failures)
+    return [*failures, {**step, **({"lost_checks": lost} if lost else {})}]
+
+
+def _kept(name: str, info: dict, mode: str, why: str) -> dict:
+    reason = FALLBACK_WHY.replace("float", mode, 1)
+    if why == "checks":
+        reason = f"--fallback {mode}: a candidate met the quality budget but lost task checks (--checks)"
+    return {"name": name, "op": info["op"], "source": None, "matmuls": info["matmuls"], "precision": mode,
+            "why": reason, "for": why}
 
 
 def sensitivity(quantizer, session, groups: dict) -> list[dict]:
@@ -155,16 +183,18 @@ def _measure(runner, session, reference) -> dict:
         release(session.weight_bytes)
 
 
-def _check_failures(runner, session, budget: dict) -> list[str]:
+def _check_failures(runner, session, budget: dict, first=()) -> tuple[list[str], list[str]]:
     """The task checks (--checks) on a candidate that meets the quality budget: the simulation gives the
-    artifact's logits, so a check the rebuilt artifact would lose is lost here, without a rebuild."""
+    artifact's logits, so a check the rebuilt artifact would lose is lost here, without a rebuild. The checks
+    an earlier candidate lost (``first``) are asked first. (failure lines, checks lost)."""
     from edgeport.core.memory import release
     from edgeport.pipeline.tasks.text_generation.checks import candidate_check_failures
 
     if getattr(session, "checks", None) is None:
-        return []
+        runner.close()
+        return [], []
     try:
-        return candidate_check_failures(runner, session.layout, session.checks, budget)
+        return candidate_check_failures(runner, session.layout, session.checks, budget, first)
     finally:
         runner.close()
         release(session.weight_bytes)
@@ -200,13 +230,15 @@ def _conclude(row, record: dict, rebuilt: bool, before: dict, cap: int, mode: st
     """before/after and the size cost in the record; the row's note or error says what the search did."""
     if rebuilt:
         record["after"] = {**_metrics(row.details.get("quality") or {}), "size_bytes": row.size_bytes}
-        record["size_vs_full_int8"] = round(row.size_bytes / before["size_bytes"], 4) if before["size_bytes"] else None
+        record["size_vs_full_quantized"] = round(row.size_bytes / before["size_bytes"], 4) if before["size_bytes"] else None
     kept = ", ".join(layer["name"] for layer in record["float_layers"])
     if rebuilt and row.status == "ok":
         at = "float" if mode == "float" else f"at {mode}"
+        for_checks = [layer["name"] for layer in record["float_layers"] if layer.get("for") == "checks"]
+        also = f" and keep the task checks ({', '.join(for_checks)} for them)" if for_checks else ""
         row.note(f"--fallback {mode} kept {len(record['float_layers'])} of {record['layers']} weight groups {at} "
-                 f"to meet the quality budget: {kept} (mean KLD {before['kld_mean']:.4g} -> "
-                 f"{record['after']['kld_mean']:.4g}, size x{record['size_vs_full_int8']})")
+                 f"to meet the quality budget{also}: {kept} (mean KLD {before['kld_mean']:.4g} -> "
+                 f"{record['after']['kld_mean']:.4g}, size x{record['size_vs_full_quantized']})")
         return
     best = min((s for s in record["search"] if s["float_layers"]), key=lambda s: s["kld_mean"], default=None)
     tried = f"; best mean KLD {best['kld_mean']:.4g} with {best['float_layers']} {mode} ({best['measured']})" if best else ""

@@ -38,6 +38,8 @@ def shared_spec(session, staging: Path, source, cache_root: str | None) -> dict:
     quality = session.quality
     for i, logits in enumerate(quality.logits if quality is not None else []):
         arrays[f"q{i}"] = np.asarray(logits, np.float32)
+    for i, (_tokens, logits) in enumerate((session.checks or {}).get("transcripts") or []):
+        arrays[f"c{i}"] = np.asarray(logits, np.float32)
     np.savez(staging / INPUTS_FILE, **arrays)
     return {"schema": SCHEMA, "staging": str(staging), "inputs": str(staging / INPUTS_FILE), "samples": samples,
             "judge": judge_json(session.judge), "trust_pickle": bool(source.trust_pickle),
@@ -71,12 +73,13 @@ def restore(spec: dict):
         samples = _samples(arrays, spec["samples"])
         reference = [Generation(tokens, arrays[f"r{i}"]) for i, tokens in enumerate(spec["tokens"])]
         quality = _quality(arrays, spec["quality"])
+        checks = _checks(spec["checks"], arrays)
     _copy_tokenizer(staging, work)
     return GenSession(layout, programs, samples, spec["prompts"], reference, spec["eager"], restore_judge(spec["judge"]),
                       spec["target_options"], spec["data"], spec["origin"], reference_source=spec["reference_source"],
                       notes=list(spec["notes"]), eager_label=spec["eager_label"], cache=open_cache(spec["cache"]),
                       reuse_verdict=spec["cache"]["reuse_verdict"], weight_bytes=spec["weight_bytes"], quality=quality,
-                      quality_note=spec["quality_note"], checks=_checks(spec["checks"]), _programs_id=spec["programs_id"],
+                      quality_note=spec["quality_note"], checks=checks, _programs_id=spec["programs_id"],
                       fallback=FallbackPolicy(**spec["fallback"]) if spec["fallback"] else None)
 
 
@@ -124,17 +127,20 @@ def _checks_fields(prepared: dict | None, source) -> dict | None:
     if prepared is None:
         return None
     where = source.model[3:] if source.model.startswith("hf:") else None
-    return {"checks": prepared["checks"], "reference": [list(r) for r in prepared["reference"]], "tokenizer_dir": where}
+    return {"checks": prepared["checks"], "reference": [list(r) for r in prepared["reference"]], "tokenizer_dir": where,
+            "transcripts": [list(map(int, tokens)) for tokens, _ in prepared.get("transcripts") or []]}
 
 
-def _checks(fields: dict | None) -> dict | None:
+def _checks(fields: dict | None, arrays) -> dict | None:
+    """The prepared checks back; their transcripts' PyTorch logits (:mod:`.check_search`) from the inputs file."""
     from edgeport.pipeline.tasks.text_generation.prompts import load_tokenizer
 
     if fields is None:
         return None
     where = Path(fields["tokenizer_dir"]) if fields["tokenizer_dir"] else None
+    transcripts = [(tokens, np.array(arrays[f"c{i}"])) for i, tokens in enumerate(fields.get("transcripts") or [])]
     return {"checks": fields["checks"], "reference": [tuple(r) for r in fields["reference"]],
-            "tokenizer": load_tokenizer(where, "--checks")}
+            "tokenizer": load_tokenizer(where, "--checks"), "transcripts": transcripts}
 
 
 def _copy_tokenizer(staging: Path, work: Path) -> None:

@@ -40,8 +40,10 @@ def check_fits(layout: Layout, prompt_len: int, new_tokens: int) -> str | None:
     return None
 
 
-def greedy(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=()) -> Generation:
-    """``new_tokens`` greedy tokens after ``prompt`` (fewer if one of ``stop_ids`` is generated)."""
+def greedy(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=(), forced=None) -> Generation:
+    """``new_tokens`` greedy tokens after ``prompt`` (fewer if one of ``stop_ids`` is generated). ``forced``:
+    the tokens to feed instead of the runner's own choices (teacher-forced over another side's answer: the
+    logits are then the runner's at each step of that answer)."""
     problem = check_fits(layout, len(prompt), new_tokens)
     if problem:
         raise ValueError(problem)
@@ -54,10 +56,11 @@ def greedy(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=
     for token in prompt[length:]:
         last, cache = decode_step(runner, layout, token, pos, cache)
         pos += 1
-    tokens, logits = [int(np.argmax(last))], [last]
+    pick = (lambda step, logits: int(np.argmax(logits))) if forced is None else (lambda step, _l: int(forced[step]))
+    tokens, logits = [pick(0, last)], [last]
     while len(tokens) < new_tokens and tokens[-1] not in stop_ids:
         last, cache = decode_step(runner, layout, tokens[-1], pos, cache)
-        tokens.append(int(np.argmax(last)))
+        tokens.append(pick(len(tokens), last))
         logits.append(last)
         pos += 1
     return Generation(tokens, np.stack(logits))
