@@ -96,6 +96,8 @@ def main() -> int:
         start = time.perf_counter()
         layout, job, ref = exported(Path(tmp), args.eval_tokens, args.gguf or smollm2())
         print(f"export + reference: {time.perf_counter() - start:.0f} s; {len(ref.targets)} tokens", flush=True)
+        print("setting | mean KLD | p99 KLD | same top-1 | linear weights | KLD vs kept float | size vs kept float | "
+              "seconds")
         quantizer = prepare(Path(tmp) / "unused.pte", "int4-block32", args.threads, job, convert, keep="int8")
         groups = list(quantizer.groups)
         unknown = [g for g in kept if g not in groups]
@@ -103,18 +105,14 @@ def main() -> int:
             raise SystemExit(f"not a group of this model: {', '.join(unknown)} (groups: {', '.join(groups)})")
         rest = [g for g in groups if g not in kept]
         rows = {}
-        for name, quantized, int8 in (("int4, nothing kept", groups, []), ("kept float", rest, []),
+        print(f"kept groups: {', '.join(kept)}")
+        for name, quantized, int8 in (("kept float", rest, []), ("int4, nothing kept", groups, []),
                                       ("kept int8 (8da8w)", rest, kept)):
-            rows[name] = measured(quantizer, layout, ref, quantized, int8)
-            print(f"  {name}: {time.perf_counter() - start:.0f} s", flush=True)
+            rows[name] = r = measured(quantizer, layout, ref, quantized, int8)   # each as measured: a cut run keeps it
+            print(f"{name} | {r['kld_mean']:.4g} | {r['kld_p99']:.4g} | {100 * r['top1_agreement']:.1f}% | "
+                  f"{r['size'] / 1e6:.2f} MB | {r['kld_mean'] / rows['kept float']['kld_mean']:.3f}x | "
+                  f"{r['size'] / rows['kept float']['size']:.3f}x | {r['seconds']:.0f}", flush=True)
         quantizer.close()
-    base = rows["kept float"]
-    print(f"kept groups: {', '.join(kept)}")
-    print("setting | mean KLD | p99 KLD | same top-1 | linear weights | KLD vs kept float | size vs kept float | seconds")
-    for name, r in rows.items():
-        print(f"{name} | {r['kld_mean']:.4g} | {r['kld_p99']:.4g} | {100 * r['top1_agreement']:.1f}% | "
-              f"{r['size'] / 1e6:.2f} MB | {r['kld_mean'] / base['kld_mean']:.3f}x | {r['size'] / base['size']:.3f}x | "
-              f"{r['seconds']:.0f}")
     return 0
 
 
