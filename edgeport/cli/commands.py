@@ -42,7 +42,7 @@ def convert(
     seed: int = SEED_OPTION,
     data: Optional[str] = DATA_OPTION,
     calibration_data: Optional[str] = typer.Option(None, "--calibration-data", help="int8 calibration inputs (same forms as --data)"),
-    fallback: Optional[str] = typer.Option(None, "--fallback", help="float: a quantized variant over budget keeps its most sensitive layers in float until it passes; int8: keeps them at int8 (text generation: ONNX and LiteRT int4-block32)"),
+    fallback: Optional[str] = typer.Option(None, "--fallback", help="float: a quantized variant over budget keeps its most sensitive layers in float until it passes; int8: keeps them at int8 (text generation: ONNX, LiteRT and ExecuTorch int4-block32)"),
     fallback_max: Optional[str] = typer.Option(None, "--fallback-max", help="most layers --fallback may keep: a share of the quantizable layers (default 25%) or a count"),
     no_latency: bool = NO_LATENCY_OPTION,
     force: bool = typer.Option(False, "--force", help="replace an --out directory edgeport wrote before"),

@@ -1,5 +1,6 @@
-"""``--fallback float`` for ExecuTorch text generation: the weight groups of the prefill/decode programs that
-can stay float, the search's candidates, and the ``.pte`` rebuilt with the chosen groups float.
+"""``--fallback float|int8`` for ExecuTorch text generation: the weight groups of the prefill/decode programs that
+can stay float (or go to int8 in an int4 row), the search's candidates, and the ``.pte`` rebuilt with the chosen
+groups kept.
 
 Groups: every linear the variant quantizes reads its weight as an attribute of the flat program's module,
 named after the model's own parameter (``gm.model.layers.3.self_attn.q_proj.weight``). Per decoder block the
@@ -16,6 +17,11 @@ module run in PyTorch, where the quantize/dequantize ops compute what XNNPACK's 
 activations' dynamic rounding included, which ONNX's simulation cannot reproduce: both variants are offered
 here). A weight is quantized once for the whole search (``shared``). The winner is built by the row's own
 ``convert`` with the same refusal and judged for real.
+
+``--fallback int8`` (int4-block32 only: int8 is no step up from dynamic-int8) gives the kept groups' linears to
+the same ``quantize_`` as 8da8w instead of refusing them (:data:`.int4.INT8_KEEP`, ExecuTorch's own
+``--qlinear 8da8w``), in the candidates and the rebuild alike: XNNPACK lowers them to its int8-weight
+dynamically quantized kernels, so they keep the activation rounding the int4 linears have.
 """
 
 from __future__ import annotations
@@ -95,19 +101,25 @@ class GroupQuantizer:
 
     measured = "simulation"
 
-    def __init__(self, artifact: Path, variant: str, threads: int, job, convert):
+    def __init__(self, artifact: Path, variant: str, threads: int, job, convert, keep: str = "float"):
+        from edgeport.targets.executorch.int4 import INT8_KEEP
+
         self.artifact, self.variant, self.threads, self.job, self.convert = Path(artifact), variant, threads, job, convert
         if variant not in ("dynamic-int8", "int4-block32"):
             raise ValueError(f"no precision search for the ExecuTorch {variant} variant")
+        if keep not in ("float", "int8") or (keep == "int8" and variant != "int4-block32"):
+            raise ValueError(f"the ExecuTorch {variant} variant cannot keep weight groups at {keep}")
+        self.keep, self.kept_scheme = keep, INT8_KEEP if keep == "int8" else "float32 weights (linear refused)"
         self.members = linear_weights(job.programs["decode"])
         self.groups = _describe(self.members)
         self.weight_group = {w: g for g, ws in self.members.items() for w, _s in ws}
         self.shared: dict = {}   # weights quantized once for every candidate (and both methods)
 
-    def _takes(self, groups):
-        """``quantize`` for the row's quantizer: a weight of ``groups`` (a weight in no group: as the row)."""
-        wanted, group = set(groups), self.weight_group
-        return lambda weight: weight not in group or group[weight] in wanted
+    def _takes(self, groups, int8=()):
+        """``quantize`` for the row's quantizer: a weight of ``groups`` as the row, of ``int8`` in 8da8w
+        ("int8", :func:`.int4.quantize_linears`), others float (a weight in no group: as the row)."""
+        wanted, eight, group = set(groups), set(int8), self.weight_group
+        return lambda weight: weight not in group or group[weight] in wanted or ("int8" if group[weight] in eight else False)
 
     def module(self, name: str, quantize):
         """Signature ``name``'s candidate module: the row's quantizer on its program, refusing what
@@ -122,17 +134,23 @@ class GroupQuantizer:
         per_row_activations(module)   # as XNNPACK quantizes them (:mod:`.int8`)
         return module
 
-    def runner(self, quantized) -> ModuleRunner:
-        """The programs with only ``quantized`` groups quantized, in PyTorch."""
-        quantize = self._takes(quantized)
+    def runner(self, quantized, kept=()) -> ModuleRunner:
+        """The programs with only ``quantized`` groups quantized (and ``kept`` in 8da8w with ``keep`` "int8"),
+        in PyTorch."""
+        quantize = self._takes(quantized, kept if self.keep == "int8" else ())
         dtypes = {name: {k: v.dtype for k, v in sample.items()} for name, sample in self.job.samples.items()}
         return ModuleRunner(list(self.job.programs), lambda name: self.module(name, quantize), self.threads, dtypes)
 
-    def build(self, floats):
-        """The row's ``.pte`` again (where it was), its ``floats`` groups' linears left float in every method."""
-        floats = set(floats)
-        converted = self.convert(self.job, self._takes([g for g in self.groups if g not in floats]))
-        converted.details["float_groups"] = {g: [w for w, _s in self.members[g]] for g in self.groups if g in floats}
+    def build(self, kept):
+        """The row's ``.pte`` again (where it was), its ``kept`` groups' linears left float in every method
+        (8da8w with ``keep`` "int8": ``int8_groups`` in the details)."""
+        kept = set(kept)
+        int8 = kept if self.keep == "int8" else set()
+        converted = self.convert(self.job, self._takes([g for g in self.groups if g not in kept], int8))
+        key = "int8_groups" if int8 else "float_groups"
+        converted.details[key] = {g: [w for w, _s in self.members[g]] for g in self.groups if g in kept}
+        if int8:
+            converted.details["int4"]["int8_keep"] = self.kept_scheme
         return converted
 
     def close(self) -> None:
@@ -146,6 +164,7 @@ def _describe(members: dict) -> dict[str, dict]:
                 "fp32_bytes": int(sum(4 * int(np.prod(shape)) for _w, shape in members[g]))} for g in order}
 
 
-def prepare(artifact: Path, variant: str, threads: int, job, convert) -> GroupQuantizer:
-    """``job``: the row's job with its programs; ``convert``: the target's own (:func:`.generate.convert`)."""
-    return GroupQuantizer(artifact, variant, threads, job, convert)
+def prepare(artifact: Path, variant: str, threads: int, job, convert, keep: str = "float") -> GroupQuantizer:
+    """``job``: the row's job with its programs; ``convert``: the target's own (:func:`.generate.convert`);
+    ``keep``: the precision of the groups the search keeps (``--fallback float|int8``)."""
+    return GroupQuantizer(artifact, variant, threads, job, convert, keep)

@@ -20,7 +20,8 @@ start from; lowered by one XNNPACK partitioner over the quantized linears and th
 ExecuTorch's own LLM scheme, through torchao's ``quantize_`` (:mod:`.int4`); lowered the same way.
 
 ``--fallback float`` (both quantized variants, :mod:`.gen_fallback`): the same quantizers with the chosen
-weight groups' linears refused (``convert``'s ``quantize``), their candidates simulated in PyTorch.
+weight groups' linears refused (``convert``'s ``quantize``), their candidates simulated in PyTorch;
+``--fallback int8`` (int4-block32): those linears in 8da8w instead (:data:`.int4.INT8_KEEP`).
 """
 
 from __future__ import annotations
@@ -69,17 +70,18 @@ def load(path: Path, threads: int) -> ExecuTorchSignatureRunner:
     return ExecuTorchSignatureRunner(Path(path), threads)
 
 
-def _prepare_fallback(artifact: Path, variant: str, threads: int, job: GenerativeJob):
+def _prepare_fallback(artifact: Path, variant: str, threads: int, job: GenerativeJob, keep: str = "float"):
     from edgeport.targets.executorch.gen_fallback import prepare
 
-    return prepare(artifact, variant, threads, job, convert)
+    return prepare(artifact, variant, threads, job, convert, keep)
 
 
-# --fallback float on text generation (:mod:`.gen_fallback`: candidates simulated in PyTorch with the row's quantizer)
+# --fallback float|int8 on text generation (:mod:`.gen_fallback`: candidates simulated in PyTorch with the row's
+# quantizer); int8 (8da8w) only where it is a step up (int4 groups)
 FALLBACK = GenerativeFallback({
     "dynamic-int8": "dynamic int8 (PT2E XNNPACK quantizer: per-channel symmetric int8 weights, activations "
                     "quantized at run time)",
     "int4-block32": "8da4w (XNNPACK: int4 weights in groups of 32, int8 dynamic activations; torchao quantize_)",
-}, _prepare_fallback, programs=True)
+}, _prepare_fallback, keeps={"int4-block32": ("float", "int8")}, programs=True)
 GENERATIVE = GenerativeSupport(variants=("fp32", "dynamic-int8", "int4-block32"), convert=convert, load=load,
                                float_fallback=FALLBACK)

@@ -32,6 +32,11 @@ SCHEME = {"scheme": "8da4w (XNNPACK: int8 dynamic activations, int4 weights)", "
           "group_size": GROUP, "weight_qparams": "symmetric, one scale per group (torchao hqq_scale_only)",
           "activations": "int8 asymmetric per token, quantized at run time",
           "quantizer": "torchao quantize_ Int8DynamicActivationIntxWeightConfig"}
+# ``--fallback int8``: a kept group's linears in 8da8w, what ExecuTorch's LLM export ships as ``--qlinear 8da8w``
+# (the same torchao config, int8 weights per output channel): XNNPACK's ``qd8-f32-qc8w`` kernels, so a kept linear
+# still rounds its activations per token as the int4 ones do (what the candidates simulate, :mod:`.gen_fallback`)
+INT8_KEEP = ("8da8w (XNNPACK: int8 dynamic activations per token, int8 weights one symmetric scale per output "
+             "channel; torchao Int8DynamicActivationIntxWeightConfig PerAxis(0), hqq_scale_only)")
 
 
 def int4_block32(program, sample: dict, shared: dict | None = None, kept_float: list | None = None, quantize=None):
@@ -52,7 +57,8 @@ def int4_module(program, shared: dict | None = None, kept_float: list | None = N
     """The program's module with its linears reading 8da4w weights, not exported again: what the export
     traces, so running it in PyTorch computes what the artifact's quantization does (the precision search's
     candidates, :mod:`.gen_fallback`). ``quantize(weight attribute) -> bool`` (None: every weight) leaves
-    the linears it refuses float, unlisted: ``kept_float`` lists only the linears 8da4w cannot take."""
+    the linears it refuses float, unlisted (``"int8"``: 8da8w); ``kept_float`` lists only the linears 8da4w
+    cannot take."""
     module = program.module()
     floats = quantize_linears(module, {} if shared is None else shared, quantize)
     if kept_float is not None:
@@ -63,18 +69,21 @@ def int4_module(program, shared: dict | None = None, kept_float: list | None = N
 def quantize_linears(gm, shared: dict, quantize=None) -> list[str]:
     """Every ``aten.linear`` of ``gm`` reading a 2-D weight attribute whose input dimension is a multiple of
     ``GROUP`` (and that ``quantize`` accepts, by its attribute name) now reads its 8da4w parameter through
-    ``F.linear``; returns the names of the others ``quantize`` did not refuse."""
+    ``F.linear`` (8da8w where ``quantize`` says ``"int8"``: any input dimension); returns the names of the
+    others ``quantize`` did not refuse."""
     import torch
 
     floats = []
     for node in list(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.linear.default)):
         weight = _attribute(gm, node.args[1])
-        if weight is not None and quantize is not None and not quantize(node.args[1].target):
+        scheme = True if weight is None or quantize is None else quantize(node.args[1].target)
+        if not scheme:
             continue
-        if weight is None or weight.dim() != 2 or weight.shape[1] % GROUP:
+        bits = 8 if scheme == "int8" else 4
+        if weight is None or weight.dim() != 2 or (bits == 4 and weight.shape[1] % GROUP):
             floats.append(node.name)
             continue
-        name = _register(gm, quantized_weight(weight, shared))
+        name = _register(gm, quantized_weight(weight, shared, bits))
         with gm.graph.inserting_before(node):
             getter = gm.graph.get_attr(name)
         node.replace_input_with(node.args[1], getter)
@@ -83,17 +92,20 @@ def quantize_linears(gm, shared: dict, quantize=None) -> list[str]:
     return floats
 
 
-def quantized_weight(weight, shared: dict):
-    """``weight`` quantized by torchao's ``quantize_`` in a ``Linear`` of its own (once per weight: ``shared``)."""
+def quantized_weight(weight, shared: dict, bits: int = 4):
+    """``weight`` quantized by torchao's ``quantize_`` in a ``Linear`` of its own (once per weight and width:
+    ``shared``): 8da4w, or with ``bits`` 8 the 8da8w ExecuTorch's LLM export ships (``--qlinear 8da8w``: int8
+    weights, one scale per output channel, ``PerAxis(0)``; :data:`INT8_KEEP`)."""
     import torch
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerGroup, quantize_
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerAxis, PerGroup, quantize_
 
-    key = (weight.untyped_storage().data_ptr(), weight.storage_offset(), tuple(weight.shape), weight.stride())
+    key = (weight.untyped_storage().data_ptr(), weight.storage_offset(), tuple(weight.shape), weight.stride(), bits)
     if key in shared:
         return shared[key][1]
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
     linear.weight = torch.nn.Parameter(weight.detach(), requires_grad=False)
-    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP),
+    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8 if bits == 8 else torch.int4,
+                                                   weight_granularity=PerAxis(0) if bits == 8 else PerGroup(GROUP),
                                                    intx_choose_qparams_algorithm="hqq_scale_only")
     quantize_(linear, config)
     shared[key] = (weight, linear.weight)  # the fp32 weight is held: its address stays its own

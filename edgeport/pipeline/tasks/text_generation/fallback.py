@@ -15,7 +15,7 @@ an LLM's yardstick is the distribution over real text):
   real artifact misses, the gap becomes a margin the next simulated candidate must clear (at most
   ``MAX_BUILDS`` rebuilds). A simulation's pass is never the verdict.
 
-``--fallback int8`` (a variant whose ``GenerativeFallback.keeps`` has it: ONNX and LiteRT int4-block32) is the same search with
+``--fallback int8`` (a variant whose ``GenerativeFallback.keeps`` has it: int4-block32 on ONNX, LiteRT and ExecuTorch) is the same search with
 the kept groups at int8 instead of float: candidates simulate them at int8, the rebuild stores them at int8 (a
 fraction of float's size). Sensitivity is the same either way (each group alone, the rest float).
 
