@@ -11,6 +11,7 @@ import torch
 
 import tiny_lm
 from conftest import convert_in_process
+from test_tied_weights import tied_llama
 
 VOCAB, WIDTH = 512, 64
 
@@ -91,22 +92,6 @@ def test_a_stale_ptd_goes_and_an_untied_model_stays_one_file(tmp_path):
     (tmp_path / "model.ptd").write_bytes(b"stale")
     assert L.save(L.lower(programs_of(TiedHead(tied=False).eval())), tmp_path / "model.pte") is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte"]
-
-
-def tied_llama(where):
-    import transformers as T
-
-    config = tiny_lm.config("llama")
-    config.tie_word_embeddings = True
-    torch.manual_seed(0)
-    model = T.AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():   # re-drawn so greedy is not the token fed (tests/test_tied_weights.py)
-        for layer in model.model.layers:
-            for module in layer.modules():
-                if isinstance(module, torch.nn.Linear):
-                    module.weight.normal_(0.0, module.in_features ** -0.5)
-    assert model.lm_head.weight is model.model.embed_tokens.weight
-    return tiny_lm.save(model, where, tokenizer=True), model
 
 
 @pytest.mark.slow
