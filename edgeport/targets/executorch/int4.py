@@ -99,8 +99,10 @@ def quantized_weight(weight, shared: dict, bits: int = 4):
     import torch
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerAxis, PerGroup, quantize_
 
-    key = (weight.untyped_storage().data_ptr(), weight.storage_offset(), tuple(weight.shape), weight.stride(), bits)
-    if key in shared:
+    from edgeport.core.memory import storage_key
+
+    key = (storage_key(weight), bits)   # None: a tensor with no storage to tell by, never shared
+    if key[0] is not None and key in shared:
         return shared[key][1]
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
     linear.weight = torch.nn.Parameter(weight.detach(), requires_grad=False)
@@ -108,7 +110,8 @@ def quantized_weight(weight, shared: dict, bits: int = 4):
                                                    weight_granularity=PerAxis(0) if bits == 8 else PerGroup(GROUP),
                                                    intx_choose_qparams_algorithm="hqq_scale_only")
     quantize_(linear, config)
-    shared[key] = (weight, linear.weight)  # the fp32 weight is held: its address stays its own
+    if key[0] is not None:
+        shared[key] = (weight, linear.weight)  # the fp32 weight is held: its address stays its own
     return linear.weight
 
 
