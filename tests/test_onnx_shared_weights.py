@@ -184,20 +184,51 @@ def test_nbits_quantizer_reads_the_weights_one_at_a_time(tmp_path, monkeypatch, 
     assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
 
 
-def test_a_large_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp_path, monkeypatch):
-    """Every onnxruntime session pre-packs its own copy of the weights: over ONE_AT_A_TIME_ABOVE the runner keeps
-    one signature's session alive at a time (the other is dropped before the next is built), with the same
-    outputs; below it every session stays, as an app keeps them."""
-    from edgeport.targets import signature
-    from edgeport.targets.onnx.signatures import OnnxSignatureRunner
+def two_graphs(folder, quantized: bool):
+    """prefill_4.onnx and decode.onnx sharing W (64 x 64), each its own b; ``quantized``: W in MatMulNBits int4."""
+    from edgeport.targets.onnx import nbits
 
     rng = np.random.default_rng(1)
     weight = rng.standard_normal((64, 64), dtype=np.float32)
-    paths = [tmp_path / "prefill_4.onnx", tmp_path / "decode.onnx"]
+    paths = [folder / "prefill_4.onnx", folder / "decode.onnx"]
     for path in paths:
         graph(path, weight, rng.standard_normal(64, dtype=np.float32), external=False)
+        if quantized:
+            nbits.quantize_nbits(path, path, nbits.INT4, external=False)
     share_weights(paths)
-    x = rng.standard_normal((1, 64), dtype=np.float32)
+    return paths, rng.standard_normal((1, 64), dtype=np.float32)
+
+
+def test_a_large_float_artifact_runs_every_session_live_without_prepacking(tmp_path, monkeypatch):
+    """Over ONE_AT_A_TIME_ABOVE a float artifact's sessions stay live with pre-packing off (so they read the
+    weights file's pages instead of each packing its own copy), computing what pre-packed sessions compute;
+    the row says so. Below it, pre-packed sessions, as an app's defaults."""
+    from edgeport.targets import signature
+    from edgeport.targets.onnx.signatures import OnnxSignatureRunner
+
+    paths, x = two_graphs(tmp_path, quantized=False)
+    expected = {p.stem: run(p, x) for p in paths}
+    packed = OnnxSignatureRunner(tmp_path, 1)
+    assert packed.prepack and packed.details() == {}
+    monkeypatch.setattr(signature, "ONE_AT_A_TIME_ABOVE", 1000)   # the artifact holds 16 KiB of weights
+    lean = OnnxSignatureRunner(tmp_path, 1)
+    assert sorted(lean.sessions) == ["decode", "prefill_4"] and not lean.one_session
+    assert "pre-packing off" in lean.details()["runtime_sessions"]
+    for session in lean.sessions.values():
+        assert session.get_session_options().get_session_config_entry("session.disable_prepacking") == "1"
+    for name in ("prefill_4", "decode"):
+        np.testing.assert_allclose(lean.run(name, {"x": x})["y"], expected[name], rtol=1e-5, atol=1e-5)
+    assert sorted(lean.sessions) == ["decode", "prefill_4"]
+
+
+def test_a_large_quantized_artifact_is_run_one_session_at_a_time_with_the_same_results(tmp_path, monkeypatch):
+    """A quantized graph's kernels need their weights pre-packed, and every session packs its own copy: over
+    ONE_AT_A_TIME_ABOVE the runner keeps one signature's session alive at a time (the other is dropped before
+    the next is built), with the same outputs; below it every session stays, as an app keeps them."""
+    from edgeport.targets import signature
+    from edgeport.targets.onnx.signatures import OnnxSignatureRunner
+
+    paths, x = two_graphs(tmp_path, quantized=True)
     expected = {p.stem: run(p, x) for p in paths}
 
     kept = OnnxSignatureRunner(tmp_path, 1)

@@ -48,6 +48,35 @@ def test_tied_table_is_int4_once_for_head_and_embedding(converted):
     assert (int4 / "weights.data").stat().st_size < 4 * vocab * hidden
 
 
+def test_fp32_head_reads_the_table_as_stored_with_the_same_logits(converted):
+    """The fp32 graphs' tied head is Gemm(x, table, transB=1): no Transpose of an initializer is left for
+    onnxruntime to fold into a transposed copy of the table in every session. It computes what
+    MatMul(x, Transpose(table)) computed (the graph rebuilt that way, same feeds)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    folder, _report, (vocab, hidden) = converted
+    fp32 = folder / "generate_fp32"
+    for path in sorted(fp32.glob("*.onnx")):
+        g = graph(path)
+        inits = {t.name for t in g.initializer}
+        assert not [n for n in g.node if n.op_type == "Transpose" and n.input[0] in inits]
+        heads = [n for n in g.node if n.op_type == "Gemm" and n.input[1] in inits]
+        assert len(heads) == 1 and [a.i for a in heads[0].attribute if a.name == "transB"] == [1]
+        assert any(n.op_type == "Gather" and n.input[0] == heads[0].input[1] for n in g.node)   # shared with the embedding
+    model = onnx.load(str(fp32 / "decode.onnx"))
+    head = next(n for n in model.graph.node if n.op_type == "Gemm")
+    head.op_type, table = "MatMul", head.input[1]
+    del head.attribute[:]
+    head.input[1] = "table_t"
+    model.graph.node.insert(0, helper.make_node("Transpose", [table], ["table_t"], perm=[1, 0]))
+    old = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    new = ort.InferenceSession(str(fp32 / "decode.onnx"), providers=["CPUExecutionProvider"])
+    feeds = decode_feeds(new)
+    np.testing.assert_allclose(new.run(["logits"], feeds)[0], old.run(["logits"], feeds)[0], rtol=1e-5, atol=1e-5)
+
+
 def test_simulation_quantizes_the_tied_head_as_the_artifact_does(converted):
     """The --fallback search's simulation (the artifact's dequantized weights in the fp32 graphs) lists the tied
     head as a group and computes the artifact's logits: the embedding and the head both int4."""

@@ -48,24 +48,31 @@ def group_of(placeholder: str) -> str:
 def graph_groups(path: Path) -> dict[str, list[tuple[str, str, bool]]]:
     """{group: [(MatMul node, weight initializer, transposed)]} of one fp32 graph: the MatMuls with a constant
     2-D weight that torch.onnx made from an ``aten.linear`` (what the nbits quantizer quantizes), and a head
-    tied to the embedding, which reads the table through a Transpose (``transposed``: the initializer is the
-    (N, K) table, quantized once for the head and the embedding, :mod:`.tied_head`)."""
+    tied to the embedding, which reads the table as stored (``transposed``: the initializer is the (N, K) table,
+    quantized once for the head and the embedding, :mod:`.tied_head`): a Gemm with ``transB``, or in a graph
+    exported before :func:`~.tied_head.head_as_gemm`, a MatMul through a Transpose."""
     import onnx
+
+    from edgeport.targets.onnx import tied_head
 
     graph = onnx.load(str(path), load_external_data=False).graph
     inits = {t.name: t for t in graph.initializer}
     transposed = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Transpose" and n.input[0] in inits}
     out: dict[str, list[tuple[str, str, bool]]] = {}
     for node in graph.node:
-        if node.op_type != "MatMul" or len(node.input) < 2:
+        if tied_head.gemm_on_table(node, inits):
+            weight, table = node.input[1], True
+        elif node.op_type == "MatMul" and len(node.input) == 2:
+            weight = node.input[1] if node.input[1] in inits else transposed.get(node.input[1])
+            table = weight != node.input[1]
+        else:
             continue
-        weight = node.input[1] if node.input[1] in inits else transposed.get(node.input[1])
         if weight is None or len(inits[weight].dims) != 2:
             continue
         fx = {p.key: p.value for p in node.metadata_props}.get("pkg.torch.onnx.fx_node", "")
         found = _WEIGHT.search(fx)
         if found:
-            out.setdefault(group_of(found[1]), []).append((node.name, weight, weight != node.input[1]))
+            out.setdefault(group_of(found[1]), []).append((node.name, weight, table))
     return out
 
 

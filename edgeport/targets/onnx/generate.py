@@ -74,6 +74,7 @@ def quantize_graphs(fp32: Path, out: Path, names: list[str], variant: str, keep_
 
 def _export(program, sample: dict, path: Path) -> None:
     from edgeport.targets.onnx.exporter import onnx_export
+    from edgeport.targets.onnx.tied_head import head_as_gemm
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
     module = program.module()
@@ -84,6 +85,7 @@ def _export(program, sample: dict, path: Path) -> None:
     # external data whatever the size: the weights stream to a file tensor by tensor (a graph under 2 GB was
     # first serialized whole in memory, its weights copied twice); share_weights moves them to weights.data
     exported.save(str(path), external_data=True)
+    head_as_gemm(path)   # a tied head reads the table as stored: no transposed copy per session (:mod:`.tied_head`)
 
 
 def _output_names(program) -> list[str]:

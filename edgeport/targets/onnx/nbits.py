@@ -128,14 +128,15 @@ def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_qu
         done += 1
         nodes.extend([*new, *after])
         if head and new[0].op_type == "MatMulNBits":
-            tied[id(head[0])] = (head[1].name, new[0])
+            tied[head[1].name] = (head[0], new[0])
         for tensor in scratch.initializer:
             if tensor.name != weight.name:
                 added.setdefault(tensor.name, tensor)  # a weight two MatMuls share: stored once
     del graph.node[:]
-    graph.node.extend(n for n in nodes if id(n) not in tied)   # the tied heads' Transposes
+    transposes = {id(t) for t, _nbits in tied.values() if t is not None}
+    graph.node.extend(n for n in nodes if id(n) not in transposes)   # the tied heads' Transposes
     graph.initializer.extend(added.values())
-    for table, nbits_node in tied.values():
+    for table, (_transpose, nbits_node) in tied.items():
         graph.initializer.extend(tied_head.gathers(graph, table, nbits_node))
     _drop_unused(graph)
     return model, done

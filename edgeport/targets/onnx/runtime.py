@@ -51,15 +51,18 @@ class OnnxRunner(BaseRunner):
                 "outputs": [_describe(o) for o in self.session.get_outputs()]}
 
 
-def session_options(threads: int):
+def session_options(threads: int, prepack: bool = True):
     """``threads`` intra-op threads and one inter-op thread, so latency compares with the other runtimes at
-    the same thread count; onnxruntime's own warnings off (errors still raise)."""
+    the same thread count; onnxruntime's own warnings off (errors still raise). ``prepack`` False: kernels
+    read the weights where they are (a large float artifact's sessions share them, :mod:`.signatures`)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if not prepack:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     return options
 
 
