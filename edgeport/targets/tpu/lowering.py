@@ -217,17 +217,57 @@ def _is_linear(target, args: tuple, kwargs: dict) -> bool:
 
 
 def _linear(x, weight, bias=None):
-    """``x @ weight.T (+ bias)`` as one ``dot_general`` contracting ``weight``'s input dim where it lies.
+    """``x @ weight.T (+ bias)`` as one ``dot_general``, in the form XLA:CPU runs fastest for its shapes.
 
     torchax lowers ``aten.linear`` as ``x @ transpose(weight)``. TPU's layout pass may absorb the transpose, but
     XLA:CPU, which runs the artifact's parity and latency here, materializes it: every weight is copied
     transposed on every call (a ``transpose_copy_fusion`` per linear in the compiled decode), so a 1B-class decode
     step moved the weights three times over and ran ~3x slower than the bytes it has to read. Contracting
-    ``weight``'s dim 1 directly computes the same product with nothing to copy on either backend."""
-    import jax
+    ``weight``'s dim 1 directly computes the same product with nothing to copy on either backend.
 
-    out = jax.lax.dot_general(x, weight, (((x.ndim - 1,), (1,)), ((), ())))
+    A bf16 (any non-f32) weight times one row (decode) is the exception: :func:`_row_times_weight`."""
+    import math
+
+    import jax
+    import jax.numpy as jnp
+
+    if math.prod(x.shape[:-1]) == 1 and weight.dtype != jnp.float32:
+        out = _row_times_weight(x.reshape(1, x.shape[-1]), weight).reshape(*x.shape[:-1], weight.shape[0])
+    else:
+        out = jax.lax.dot_general(x, weight, (((x.ndim - 1,), (1,)), ((), ())))
     return out if bias is None else out + bias
+
+
+# XLA:CPU fuses a matrix-vector dot into one loop over the matrix only while the vector, as f32, is under
+# 16 KiB (its CPU fusion pass's threshold): rows of up to 2048 elements
+CPU_FUSED_ROW = 2048
+
+
+def _row_times_weight(row, weight):
+    """``row (1, K) @ weight.T`` for a non-f32 ``weight`` (N, K), written as XLA:CPU runs it without converting
+    the whole weight to f32 first.
+
+    XLA:CPU has no bf16 GEMM: a dot on a bf16 weight contracting its dim 1 becomes a conversion of the whole
+    weight to f32 (``wrapped_convert``) and an f32 dot, 28 ms for 8192 x 2048 where fp32 takes 2.3. A 2-D row
+    times the transposed weight is emitted as one loop reading the bf16 weight in place (0.8 ms), if the row is
+    at most :data:`CPU_FUSED_ROW` long. A longer row (an MLP's down projection: K = 8192 at 1B; 32 ms as a dot)
+    is, on CPU only (``platform_dependent``), each weight row times the row, summed in f32: one reduction
+    over the bf16 weight in place (3.1 ms), the sum a dot computes in another order. TPU runs the one dot.
+    ``bench/tpu_bf16_linear.py``."""
+    import jax
+    import jax.numpy as jnp
+
+    def whole(row, weight):
+        return jax.lax.dot_general(row, weight.T, (((1,), (0,)), ((), ())))
+
+    def reduced(row, weight):
+        dtype = jax.eval_shape(whole, row, weight).dtype
+        products = weight.astype(jnp.float32) * row.astype(jnp.float32)
+        return jnp.sum(products, axis=-1)[None, :].astype(dtype)
+
+    if row.shape[1] <= CPU_FUSED_ROW:
+        return whole(row, weight)
+    return jax.lax.platform_dependent(row, weight, cpu=reduced, default=whole)
 
 
 def _floats(*arrays) -> bool:
