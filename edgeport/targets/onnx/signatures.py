@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeport.targets.onnx.runtime import _ORT_DTYPES
+from edgeport.targets.onnx.share import INTEGER_OPS
 from edgeport.targets.signature import PerSignature, SignatureRunner, cast_to, one_at_a_time, tensor
 
 PRESENT = "present_"
@@ -35,9 +36,9 @@ ONE_SESSION = ("one signature's onnxruntime session at a time: each session pre-
 UNPACKED = ("every signature's onnxruntime session live over one copy of the weights: pre-packing off, so the "
             "sessions read the weights file's pages (each would pre-pack its own copy); prefill runs slower "
             "than pre-packed (bench/LARGE_GENERATION.md)")
-# ops whose onnxruntime kernels need their weights pre-packed to be fast (MatMulNBits dequantizes per call without)
-PACKED_KERNELS = ("MatMulNBits", "MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul",
-                  "QLinearConv", "ConvInteger")
+# ops whose onnxruntime kernels need their weights pre-packed to be fast: the integer ops and MatMulNBits (which
+# dequantizes per call without)
+PACKED_KERNELS = (*INTEGER_OPS, "MatMulNBits")
 
 
 def output_name(role: str) -> str:
