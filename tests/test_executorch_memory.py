@@ -58,10 +58,13 @@ def tied_programs():
 def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_path, monkeypatch):
     """XNNPACK's named data (the delegated weights) and the emitter's constants (the table the gather outside the
     delegates reads, once per method) are files, not ``bytes``, from lowering to the written ``.pte``, which is
-    byte-identical; afterwards no file, no lowered graph and no patched module stays."""
+    byte-identical; XNNPACK hands the store files, not ``bytes`` copies of each weight; afterwards no file, no
+    lowered graph and no patched module stays."""
     import hashlib
 
+    from executorch.backends.xnnpack.operators import node_visitor
     from executorch.exir._serialize._cord import FileBackedData
+    from executorch.exir._serialize._named_data_store import NamedDataStore
     from executorch.exir.emit import _emitter
     from executorch.exir.lowered_backend_module import LoweredBackendModule
     from executorch.exir.program import _program
@@ -80,6 +83,13 @@ def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_p
         return output
 
     monkeypatch.setattr(_program, "emit_program", recording)
+    handed, add = [], NamedDataStore.add_named_data
+
+    def received(store, key, data, *args, **kwargs):
+        handed.append(data)
+        return add(store, key, data, *args, **kwargs)
+
+    monkeypatch.setattr(NamedDataStore, "add_named_data", received)
     with L.weights_on_disk(tmp_path):
         edge = L.lower(programs)
         modules = [m for name in programs for m in edge.exported_program(name).graph_module.modules()
@@ -87,6 +97,7 @@ def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_p
         blobs = [b for m in modules for b in m.named_data_store_output.buffers]
         assert modules and blobs and all(isinstance(b, FileBackedData) for b in blobs)
         assert len({id(b) for b in blobs}) == len({b.sha256() for b in blobs})   # one file per distinct blob
+        assert handed and all(isinstance(d, FileBackedData) for d in handed)   # before: bytes, copied twice each
         L.save(edge, tmp_path / "spilled.pte")
         assert constants and all(isinstance(c, FileBackedData) for c in constants)
         table = programs["decode"].state_dict["embed.weight"].detach().numpy().tobytes()
@@ -97,7 +108,7 @@ def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.ptd", "in_memory.pte", "spilled.ptd",
                                                           "spilled.pte"]   # the spill folder went
     assert lowered_alive() == 0   # before: the last lowering's graphs, with their weights, stayed reachable
-    assert "bytes" not in vars(_emitter) and _emitter.hashlib is hashlib
+    assert all("bytes" not in vars(m) and m.hashlib is hashlib for m in (_emitter, node_visitor))
 
 
 def test_lowering_shares_the_programs_weights_and_writes_the_same_pte(tmp_path, monkeypatch):

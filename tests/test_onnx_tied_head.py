@@ -112,3 +112,33 @@ def decode_feeds(session) -> dict:
         else:
             feeds[i.name] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
     return feeds
+
+
+@pytest.mark.parametrize("variant", ["dynamic-int8", "int4-block32"])
+def test_graphs_sharing_weights_quantize_each_weight_once_with_the_same_files(converted, tmp_path, monkeypatch, variant):
+    """The prefill and decode graphs read one weights.data: each weight (the tied table too) is read and quantized
+    once for both (before: once per graph, 45 s of 95 at Llama-3.2-1B), and the files are byte-identical to
+    quantizing each graph on its own, though the graphs name the same weights differently."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantizer
+
+    from edgeport.targets.onnx import nbits
+    from edgeport.targets.onnx.generate import SCHEMES, quantize_graphs
+    from edgeport.targets.onnx.shared_weights import share_weights
+
+    fp32 = converted[0] / "generate_fp32"
+    names = [p.stem for p in sorted(fp32.glob("*.onnx"))]
+    calls, quantize = [], DefaultWeightOnlyQuantizer.quantize
+    monkeypatch.setattr(DefaultWeightOnlyQuantizer, "quantize", lambda self, node, stack: calls.append(node.name) or
+                        quantize(self, node, stack))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for name in names:
+        nbits.quantize_nbits(fp32 / f"{name}.onnx", alone / f"{name}.onnx", getattr(nbits, SCHEMES[variant]), external=True)
+    share_weights([alone / f"{n}.onnx" for n in names])
+    per_graph, calls[:] = len(calls), []
+    (tmp_path / "once").mkdir()
+    quantize_graphs(fp32, tmp_path / "once", names, variant)
+    assert len(names) == 2 and 0 < len(calls) == per_graph // 2   # the same weights in both graphs, quantized once
+    assert sorted(p.name for p in (tmp_path / "once").iterdir()) == sorted(p.name for p in alone.iterdir())
+    for path in alone.iterdir():
+        assert (tmp_path / "once" / path.name).read_bytes() == path.read_bytes()

@@ -199,7 +199,7 @@ def weights_on_disk(folder: Path):
     import tempfile
 
     spill = _Spill(Path(tempfile.mkdtemp(prefix=".weights_", dir=folder)))
-    with spill.named_data(), spill.emitted_constants():
+    with spill.named_data(), spill.constants_as_files():
         try:
             yield
         finally:
@@ -243,21 +243,29 @@ class _Spill:
             NamedDataStore._add_named_data_to_map = original
 
     @contextlib.contextmanager
-    def emitted_constants(self):
-        """The emitter reads a constant as ``bytes(<ctypes array over the tensor's storage>)`` and hashes it
-        with ``hashlib.sha256``; its module's ``bytes`` and ``hashlib`` become ones that hand a large array to
-        :meth:`file` instead (the tensor's memory written straight to disk) and hash that file by its digest.
-        Everything else passes through to the builtins."""
+    def constants_as_files(self):
+        """Two modules read a weight as ``bytes(<ctypes array over the tensor's storage>)`` and hash it with
+        ``hashlib.sha256``: the emitter (a constant left outside the delegates) and XNNPACK's node visitor
+        (every delegated weight, read twice: once to hash it, once for the named data). In both, ``bytes``
+        and ``hashlib`` become ones that hand a large array to :meth:`file` instead (the tensor's memory
+        written straight to disk, hashed once) and answer a file's hash by its digest: at Llama-3.2-1B this
+        was five sha256 and four copies of the 4.9 GB of weights per lowering. Everything else passes
+        through to the builtins."""
         import builtins
         import ctypes
         import hashlib
 
+        from executorch.backends.xnnpack.operators import node_visitor
         from executorch.exir._serialize._cord import FileBackedData
         from executorch.exir.emit import _emitter
 
+        last = [None, None]   # the array read last and its file: XNNPACK reads each array twice in a row
+
         def constant_bytes(value=b"", *args, **kwargs):
             if not args and not kwargs and isinstance(value, ctypes.Array) and ctypes.sizeof(value) >= SPILL_MIN_BYTES:
-                return self.file(memoryview(value).cast("B"))
+                if last[0] is not value:
+                    last[:] = value, self.file(memoryview(value).cast("B"))
+                return last[1]
             return builtins.bytes(value, *args, **kwargs)
 
         class Hashes:
@@ -267,12 +275,16 @@ class _Spill:
                     return _KnownDigest(data.sha256())
                 return hashlib.sha256(data, **kwargs)
 
-        _emitter.bytes, _emitter.hashlib = constant_bytes, Hashes
+        modules = (_emitter, node_visitor)
+        for module in modules:
+            module.bytes, module.hashlib = constant_bytes, Hashes
         try:
             yield
         finally:
-            del _emitter.bytes
-            _emitter.hashlib = hashlib
+            last[:] = None, None
+            for module in modules:
+                del module.bytes
+                module.hashlib = hashlib
 
 
 class _KnownDigest:

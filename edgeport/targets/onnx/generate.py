@@ -59,13 +59,15 @@ def quantize_graphs(fp32: Path, out: Path, names: list[str], variant: str, keep_
     from edgeport.targets.onnx.shared_weights import share_weights
     from edgeport.targets.onnx.target import describe
 
+    memo = {}   # the graphs read one weights.data: each weight read and quantized once for all of them
     for name in names:
         kept = (keep_float or {}).get(name, ())
         # external data: a 1B model's graph (an untied embedding table stays float: Gather is not quantized)
         # is past protobuf's 2 GB; share_weights then gathers every graph's data into one file
         nbits.quantize_nbits(fp32 / f"{name}.onnx", out / f"{name}.onnx", getattr(nbits, SCHEMES[variant]),
                              nodes_to_exclude=kept if keep_as == "float" else (), external=True,
-                             node_schemes=dict.fromkeys(kept, nbits.INT8_KEEP) if keep_as == "int8" else None)
+                             node_schemes=dict.fromkeys(kept, nbits.INT8_KEEP) if keep_as == "int8" else None,
+                             memo=memo)
     shared = share_weights([out / f"{n}.onnx" for n in names])
     kept_scheme = {"kept_int8": nbits.INT8_KEEP} if keep_as == "int8" and keep_float else {}
     return Converted(out, {"graphs": {n: describe(out / f"{n}.onnx") for n in names},

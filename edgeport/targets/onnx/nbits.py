@@ -51,12 +51,15 @@ def weight_quantizer(scheme: dict):
 
 
 def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclude: Iterable[str] = (),
-                   nodes_to_quantize=None, external: bool | None = None, node_schemes: dict | None = None) -> int:
+                   nodes_to_quantize=None, external: bool | None = None, node_schemes: dict | None = None,
+                   memo: dict | None = None) -> int:
     """Write ``dst``: ``src`` with its MatMul/Gemm weights in ``scheme``'s blocks. ``nodes_to_exclude`` /
     ``nodes_to_quantize`` name the graph's MatMul/Gemm nodes (the float-fallback's layers); ``node_schemes``
     ({node: scheme}) quantizes those nodes in another scheme (``--fallback int8``'s kept groups). ``external``:
-    save the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). Returns how
-    many nodes became MatMulNBits."""
+    save the weights in ``dst.name + '.data'`` (default: when ``src`` keeps any outside the graph). ``memo``
+    (one dict over the calls that quantize graphs sharing one ``weights.data``, e.g. a model's prefill and decode
+    graphs): a weight already quantized in that scheme is not read nor quantized again (:class:`_Memo`).
+    Returns how many nodes became MatMulNBits."""
     import onnx
     from onnx.external_data_helper import uses_external_data
 
@@ -73,7 +76,7 @@ def quantize_nbits(src: Path, dst: Path, scheme: dict = INT4, *, nodes_to_exclud
     level = log.level
     log.setLevel(logging.WARNING)   # it logs two INFO lines per node on its own handler
     try:
-        model, done = _quantize_nodes(model, quantizer, folder, nodes_to_exclude, nodes_to_quantize)
+        model, done = _quantize_nodes(model, quantizer, folder, nodes_to_exclude, nodes_to_quantize, _Memo(memo, folder))
     finally:
         log.setLevel(level)
     graph = model.graph
@@ -98,10 +101,10 @@ def _per_node(default, node_schemes: dict):
     return lambda name: built[id(node_schemes[name])] if name in node_schemes else default
 
 
-def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_quantize):
-    """(model, nodes quantized): each eligible node's weight read, quantized and dropped in turn. A head tied
-    to the embedding table is quantized once for both (:mod:`.tied_head`). ``quantizer``: one, or a function
-    node name -> the node's (:func:`quantize_nbits`' ``node_schemes``)."""
+def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_quantize, memo: "_Memo"):
+    """(model, nodes quantized): each eligible node's weight read, quantized and dropped in turn (or taken from
+    ``memo``). A head tied to the embedding table is quantized once for both (:mod:`.tied_head`).
+    ``quantizer``: one, or a function node name -> the node's (:func:`quantize_nbits`' ``node_schemes``)."""
     from edgeport.targets.onnx import tied_head
 
     graph = model.graph
@@ -114,14 +117,13 @@ def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_qu
     for node in graph.node:
         wanted = node.name not in excluded and (included is None or node.name in included)
         head = wanted and tied_head.tied_table(node, producers, readers, inits, pick(node.name).config.block_size)
-        as_matmul = (*tied_head.as_matmul(node, *head, folder), []) if head else \
+        as_matmul = (*tied_head.as_matmul(node, *head, folder), [], head[1]) if head else \
             _as_matmul(node, inits, folder) if wanted else None
         if as_matmul is None:
             nodes.append(node)
             continue
-        matmul, weight, after = as_matmul
-        scratch = onnx_graph(weight)   # the one fp32 weight read in, dropped after
-        new = pick(node.name).quantize(matmul, [graph, scratch])
+        matmul, read, after, source = as_matmul
+        new, tensors = memo.quantized(matmul, source, pick(node.name), read, graph)
         if len(new) == 1 and new[0] is matmul:  # the quantizer left it (not a 2-D weight)
             nodes.append(node)
             continue
@@ -129,9 +131,8 @@ def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_qu
         nodes.extend([*new, *after])
         if head and new[0].op_type == "MatMulNBits":
             tied[head[1].name] = (head[0], new[0])
-        for tensor in scratch.initializer:
-            if tensor.name != weight.name:
-                added.setdefault(tensor.name, tensor)  # a weight two MatMuls share: stored once
+        for tensor in tensors:
+            added.setdefault(tensor.name, tensor)  # a weight two MatMuls share: stored once
     del graph.node[:]
     transposes = {id(t) for t, _nbits in tied.values() if t is not None}
     graph.node.extend(n for n in nodes if id(n) not in transposes)   # the tied heads' Transposes
@@ -142,16 +143,79 @@ def _quantize_nodes(model, quantizer, folder: str, nodes_to_exclude, nodes_to_qu
     return model, done
 
 
-def onnx_graph(weight):
+class _Scratch:
+    """The graph the quantizer finds a node's weight in and adds its packed weight and scales to: a list, not a
+    ``GraphProto`` (which copied the weight in, and the packed weight again: 15 s of a 1B model's 90)."""
+
+    def __init__(self, weight):
+        self.initializer, self.input, self.value_info, self.output = [weight], [], [], []
+
+
+class _Memo:
+    """A weight's quantized tensors, by where its data lies (file, offset, length) and the scheme: the prefill
+    and decode graphs of a generative model read one ``weights.data``, and each used to read and quantize
+    every weight again (the tied head's table transposed twice): 45 s of 95 at Llama-3.2-1B. A hit rebinds
+    the cached node to this graph's names (its input, output, and weight names)."""
+
+    def __init__(self, store: dict | None, folder: str):
+        self.store, self.folder = store, folder
+
+    def key(self, source, quantizer, transposed: bool):
+        import os
+
+        where = {e.key: e.value for e in source.external_data}
+        if self.store is None or "location" not in where:
+            return None
+        config = quantizer.config
+        return (os.path.realpath(os.path.join(self.folder, where["location"])), where.get("offset", "0"),
+                where.get("length"), transposed, config.bits, config.block_size, config.is_symmetric,
+                config.accuracy_level)
+
+    def quantized(self, matmul, source, quantizer, read, graph) -> tuple[list, list]:
+        """(the nodes replacing ``matmul``, the tensors they add)."""
+        key = self.key(source, quantizer, matmul.input[1] != source.name)
+        if key is not None and key in self.store:
+            return _rebound(*self.store[key], matmul)
+        weight = read()
+        scratch = _Scratch(weight)
+        new = quantizer.quantize(matmul, [graph, scratch])
+        tensors = [t for t in scratch.initializer if t is not weight]
+        if key is not None and len(new) == 1 and new[0] is not matmul and _rebindable(new[0], matmul, tensors):
+            self.store[key] = (matmul, new[0], tensors)
+        return new, tensors
+
+
+def _rebindable(node, matmul, tensors) -> bool:
+    """Whether ``node`` reads only ``matmul``'s input and tensors named after its weight, and writes its output."""
+    weight = matmul.input[1]
+    return (list(node.output) == list(matmul.output) and node.input[0] == matmul.input[0]
+            and all(t.name.startswith(weight) for t in tensors)
+            and set(node.input[1:]) <= {t.name for t in tensors})
+
+
+def _rebound(cached, node, tensors, matmul) -> tuple[list, list]:
+    """``node`` (built for ``cached``) and its ``tensors`` renamed for ``matmul``: same data, this graph's names."""
     import onnx
 
-    return onnx.GraphProto(initializer=[weight])
+    old, new = cached.input[1], matmul.input[1]
+    renamed = []
+    for tensor in tensors:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(tensor)
+        copy.name = new + tensor.name[len(old):]
+        renamed.append(copy)
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    out.input[:] = [matmul.input[0], *(new + name[len(old):] for name in node.input[1:])]
+    out.output[:] = list(matmul.output)
+    out.name = matmul.name + node.name[len(cached.name):] if node.name.startswith(cached.name) else matmul.name
+    return [out], renamed
 
 
 def _as_matmul(node, inits: dict, folder: str):
-    """(MatMul node, its weight read in, nodes after it) for a MatMul or Gemm with a constant weight, or None.
-    A Gemm (alpha = beta = 1, A not transposed) becomes ``<name>_MatMul`` on B (transposed if ``transB``)
-    and ``<name>_Add`` of C, as onnxruntime's dynamic quantizer rewrites it."""
+    """(MatMul node, a function reading its weight in, nodes after it, the stored weight) for a MatMul or Gemm
+    with a constant weight, or None. A Gemm (alpha = beta = 1, A not transposed) becomes ``<name>_MatMul`` on B
+    (transposed if ``transB``) and ``<name>_Add`` of C, as onnxruntime's dynamic quantizer rewrites it."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -162,19 +226,22 @@ def _as_matmul(node, inits: dict, folder: str):
     tensor = inits[node.input[1]]
     if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) or len(tensor.dims) != 2:
         return None
-    weight = inline_tensor(tensor, folder, copy=True)
     if node.op_type == "MatMul":
-        return node, weight, []
+        return node, lambda: inline_tensor(tensor, folder, copy=True), [], tensor
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0 or attrs.get("transA", 0):
         return None
-    if attrs.get("transB", 0):
-        weight = numpy_helper.from_array(numpy_helper.to_array(weight).T.copy(), f"{tensor.name}_transposed")
+    name = f"{tensor.name}_transposed" if attrs.get("transB", 0) else tensor.name
+
+    def read():
+        weight = inline_tensor(tensor, folder, copy=True)
+        return numpy_helper.from_array(numpy_helper.to_array(weight).T.copy(), name) if name != tensor.name else weight
+
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
     product = f"{node.output[0]}_MatMul" if bias else node.output[0]
-    matmul = helper.make_node("MatMul", [node.input[0], weight.name], [product], name=f"{node.name}_MatMul")
+    matmul = helper.make_node("MatMul", [node.input[0], name], [product], name=f"{node.name}_MatMul")
     after = [helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}_Add")] if bias else []
-    return matmul, weight, after
+    return matmul, read, after, tensor
 
 
 def _drop_unused(graph) -> None:

@@ -127,14 +127,18 @@ def _axis(node) -> int:
 
 
 def as_matmul(node, transpose, table, folder: str):
-    """(the head's MatMul on the table transposed, that weight read in): what the quantizer packs."""
+    """(the head's MatMul on the table transposed, a function reading that weight in): what the quantizer packs."""
     from onnx import numpy_helper
 
     from edgeport.targets.onnx.lazy_weights import inline_tensor
 
-    values = numpy_helper.to_array(inline_tensor(table, folder, copy=True))
-    weight = numpy_helper.from_array(values.T.copy(), f"{table.name}_transposed")
-    return helper.make_node("MatMul", [node.input[0], weight.name], list(node.output), name=node.name), weight
+    name = f"{table.name}_transposed"
+
+    def read():
+        values = numpy_helper.to_array(inline_tensor(table, folder, copy=True))
+        return numpy_helper.from_array(values.T.copy(), name)
+
+    return helper.make_node("MatMul", [node.input[0], name], list(node.output), name=node.name), read
 
 
 def gathers(graph, table: str, nbits_node) -> list:
