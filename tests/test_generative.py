@@ -368,3 +368,41 @@ def test_target_rewrites_reach_the_prefill_and_decode_programs(tmp_path):
     assert [s.arg.name for s in decode.graph_signature.input_specs if s.kind.name == "USER_INPUT"] == ["hidden", "cache"]
     want, got = program.module()(**kwargs), decode.module()(**kwargs)
     assert torch.equal(want["logits"], got["logits"]) and torch.equal(want["cache"], got["cache"])
+
+
+def test_prompts_and_windows_run_together_use_each_signature_once_with_the_same_results(llama):
+    """The judge runs its generations and quality windows together (loop.interleaved): every signature is used in
+    one run (a runtime rebuilt per signature, ExecuTorch's or onnxruntime's above 1 GiB, is built once per
+    signature instead of twice per prompt), and every result equals the one run alone."""
+    from edgeport.pipeline.tasks.text_generation.layout import Layout
+    from edgeport.pipeline.tasks.text_generation.loop import greedy, greedy_steps, interleaved
+    from edgeport.pipeline.tasks.text_generation.quality import teacher_forced, teacher_forced_steps
+    from edgeport.pipeline.tasks.text_generation.reference import ProgramRunner
+    from edgeport.sources.pt2_archive import load_exported_program
+
+    _, out, _ = llama
+    layout = Layout.from_json(json.loads((out / "exported" / "layout.json").read_text()))
+    programs = ProgramRunner({n: load_exported_program(out / "exported" / f"{n}.pt2") for n in layout.signatures})
+    calls = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(programs, name)
+
+        def run(self, name, feeds):
+            calls.append(name)
+            return programs.run(name, feeds)
+
+    runner = Recording()
+    prompts, window = [[5, 9, 13], [7] * 8, list(range(20, 31)), [4, 4]], list(range(40, 40 + 2 * NEW))
+    alone = [greedy(runner, layout, p, NEW) for p in prompts] + [teacher_forced(runner, layout, window, 4)]
+    runs = lambda: sum(1 for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name)  # noqa: E731
+    assert runs() > len(set(calls))   # one after another: each prompt's prefill, then decode
+    calls[:] = []
+    together = interleaved(runner, [*(greedy_steps(runner, layout, p, NEW) for p in prompts),
+                                    teacher_forced_steps(runner, layout, window, 4)])
+    assert runs() == len(set(calls)) >= 3 and calls[-1] == "decode"
+    for got, want in zip(together[:-1], alone[:-1]):
+        assert got.tokens == want.tokens
+        np.testing.assert_array_equal(got.logits, want.logits)
+    np.testing.assert_array_equal(together[-1], alone[-1])

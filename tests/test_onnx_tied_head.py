@@ -118,7 +118,7 @@ def decode_feeds(session) -> dict:
 def test_graphs_sharing_weights_quantize_each_weight_once_with_the_same_files(converted, tmp_path, monkeypatch, variant):
     """The prefill and decode graphs read one weights.data: each weight (the tied table too) is read and quantized
     once for both (before: once per graph, 45 s of 95 at Llama-3.2-1B), and the files are byte-identical to
-    quantizing each graph on its own, though the graphs name the same weights differently."""
+    quantizing each graph on its own (a hit takes the graph's own names for the weight and the node)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantizer
 
     from edgeport.targets.onnx import nbits

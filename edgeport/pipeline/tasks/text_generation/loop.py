@@ -44,26 +44,67 @@ def greedy(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=
     """``new_tokens`` greedy tokens after ``prompt`` (fewer if one of ``stop_ids`` is generated). ``forced``:
     the tokens to feed instead of the runner's own choices (teacher-forced over another side's answer: the
     logits are then the runner's at each step of that answer)."""
+    return interleaved(runner, [greedy_steps(runner, layout, prompt, new_tokens, stop_ids, forced)])[0]
+
+
+def greedy_steps(runner, layout: Layout, prompt: list[int], new_tokens: int, stop_ids=(), forced=None):
+    """:func:`greedy` as the calls it makes: a generator that yields ``(signature, feeds)``, is sent each
+    call's outputs and returns the :class:`Generation` (:func:`interleaved` runs several together)."""
     problem = check_fits(layout, len(prompt), new_tokens)
     if problem:
         raise ValueError(problem)
     length = prefill_length_for(layout, len(prompt))
     head = prompt[:length]
-    out = runner.run(prefill_name(length), runner_prefill_feeds(runner, layout, length, head))
+    out = yield prefill_name(length), runner_prefill_feeds(runner, layout, length, head)
     last = last_logits(out, len(head))
     cache = set_length(cache_of(out, layout), len(head))
     pos = len(head)
     for token in prompt[length:]:
-        last, cache = decode_step(runner, layout, token, pos, cache)
+        last, cache = yield from decode_steps(layout, token, pos, cache)
         pos += 1
     pick = (lambda step, logits: int(np.argmax(logits))) if forced is None else (lambda step, _l: int(forced[step]))
     tokens, logits = [pick(0, last)], [last]
     while len(tokens) < new_tokens and tokens[-1] not in stop_ids:
-        last, cache = decode_step(runner, layout, tokens[-1], pos, cache)
+        last, cache = yield from decode_steps(layout, tokens[-1], pos, cache)
         tokens.append(pick(len(tokens), last))
         logits.append(last)
         pos += 1
     return Generation(tokens, np.stack(logits))
+
+
+def interleaved(runner, tasks: list) -> list:
+    """Generators of calls (:func:`greedy_steps`, :func:`~.quality.teacher_forced_steps`) run together on
+    ``runner``; their return values, in order. A call goes to the signature used last while any task waits
+    on it, else to a prefill some task waits on (the one most wait on), else to decode: every signature is
+    then used once, in one run. Why: a runner that keeps one signature's runtime at a
+    time (:class:`~edgeport.targets.signature.PerSignature`, above 1 GiB) rebuilds it at every switch, seconds
+    at 1B; a judge's prompts and quality windows, run one after another, switched twice each (6 of the 8
+    rebuilds of ExecuTorch's packed weights in a Llama-3.2-1B judge), and run together switch twice for all. Each task's calls
+    keep their order and tasks share nothing (the cache is every call's explicit input and output), so the
+    results are those of running the tasks one after another."""
+    from collections import Counter
+
+    results, waiting = [None] * len(tasks), {}
+
+    def advance(i: int, outputs) -> None:
+        try:
+            waiting[i] = tasks[i].send(outputs)
+        except StopIteration as done:
+            waiting.pop(i, None)
+            results[i] = done.value
+
+    for i in range(len(tasks)):
+        advance(i, None)
+    current = None
+    while waiting:
+        ready = [i for i, (name, _feeds) in waiting.items() if name == current]
+        if not ready:
+            counts = Counter(name for name, _feeds in waiting.values())
+            current = min(counts, key=lambda name: (name == "decode", -counts[name]))
+            continue
+        for i in ready:
+            advance(i, runner.run(*waiting[i]))
+    return results
 
 
 def runner_prefill_feeds(runner, layout: Layout, length: int, head: list[int]) -> dict:
@@ -83,8 +124,9 @@ def last_logits(out: dict, real: int) -> np.ndarray:
     return rows[real - 1] if len(rows) > 1 else rows[0]
 
 
-def decode_step(runner, layout: Layout, token: int, pos: int, cache: dict) -> tuple[np.ndarray, dict]:
-    out = runner.run("decode", decode_feeds(layout, token, pos, cache))
+def decode_steps(layout: Layout, token: int, pos: int, cache: dict):
+    """One decode call (yielded, as :func:`greedy_steps`' calls are): returns (logits, the updated cache)."""
+    out = yield "decode", decode_feeds(layout, token, pos, cache)
     return np.asarray(out["logits"], np.float32).reshape(-1), cache_of(out, layout)
 
 

