@@ -79,10 +79,10 @@ def _export(program, sample: dict, path: Path) -> None:
     from edgeport.targets.onnx.tied_head import head_as_gemm
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..." per op
-    module = program.module()
-    module.training = False
     outputs = [output_name(n) for n in _output_names(program)]
-    exported = onnx_export(module, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
+    # the program itself, as forward models are exported: its module() was traced by torch.export once more
+    # (a second trace of every signature), to the same graph
+    exported = onnx_export(program, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
                            verbose=False, input_names=list(sample), output_names=outputs)
     # external data whatever the size: the weights stream to a file tensor by tensor (a graph under 2 GB was
     # first serialized whole in memory, its weights copied twice); share_weights moves them to weights.data
