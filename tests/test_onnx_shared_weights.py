@@ -257,3 +257,32 @@ def test_a_large_quantized_artifact_is_run_one_session_at_a_time_with_the_same_r
     assert fresh.io() == kept.io() and alive_at_build == [0, 0]   # listing the signatures never holds two
     fresh.run("decode", {"x": x}), fresh.run("prefill_4", {"x": x})
     assert alive_at_build == [0, 0, 0]   # decode's session was built by io(): reused, then dropped for prefill
+
+
+def test_exported_graphs_write_their_weights_once_into_the_shared_file(tmp_path):
+    """WeightsWriter saves each exported graph with its weights appended to weights.data once (no per-graph
+    data file written, read back and copied, as share_weights does after a plain save): the same weights file,
+    byte for byte, and graphs that compute what those do."""
+    import torch
+
+    from edgeport.targets.onnx.exporter import onnx_export
+    from edgeport.targets.onnx.shared_weights import WeightsWriter
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).eval()
+    inputs = {"prefill_4": torch.randn(4, 64), "decode": torch.randn(1, 64)}
+    programs = {n: torch.export.export(model, (x,)) for n, x in inputs.items()}
+    plain, written = tmp_path / "plain", tmp_path / "written"
+    plain.mkdir(), written.mkdir()
+    with WeightsWriter(written) as weights:
+        for name, program in programs.items():
+            onnx_export(program, (inputs[name],), dynamo=True, verbose=False).save(str(plain / f"{name}.onnx"), external_data=True)
+            weights.save(onnx_export(program, (inputs[name],), dynamo=True, verbose=False).model, written / f"{name}.onnx")
+    details = share_weights([plain / f"{n}.onnx" for n in programs])
+    assert sorted(p.name for p in written.iterdir()) == sorted(p.name for p in plain.iterdir())   # graphs + weights.data
+    assert (written / WEIGHTS_FILE).read_bytes() == (plain / WEIGHTS_FILE).read_bytes()
+    assert weights.details() == details and details["tensors"] > 0 and details["bytes_saved"] > 0   # shared: once
+    for name, x in inputs.items():
+        want, got = (ort.InferenceSession(str(d / f"{name}.onnx"), providers=["CPUExecutionProvider"]) for d in (plain, written))
+        feeds = {want.get_inputs()[0].name: x.numpy()}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], want.run(None, feeds)[0])

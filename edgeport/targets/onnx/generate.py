@@ -32,16 +32,17 @@ def artifact_dir(out_dir: Path, variant: str) -> Path:
 
 def convert(job: GenerativeJob) -> Converted:
     from edgeport.core.memory import program_weight_bytes, release
-    from edgeport.targets.onnx.shared_weights import share_weights
+    from edgeport.targets.onnx.shared_weights import WeightsWriter
     from edgeport.targets.onnx.target import describe
 
     fp32 = artifact_dir(job.out_dir, "fp32")
     if job.variant == "fp32" or not all((fp32 / f"{n}.onnx").is_file() for n in job.programs):
         fp32.mkdir(parents=True, exist_ok=True)
-        for name, program in job.programs.items():
-            _export(program, job.samples[name], fp32 / f"{name}.onnx")
-            release(program_weight_bytes(program))  # torch.onnx's program (cycles holding its folded weights)
-        shared = share_weights([fp32 / f"{n}.onnx" for n in job.programs])
+        with WeightsWriter(fp32) as weights:   # every graph's weights written once, into one file
+            for name, program in job.programs.items():
+                _export(program, job.samples[name], fp32 / f"{name}.onnx", weights)
+                release(program_weight_bytes(program))  # torch.onnx's program (cycles holding its folded weights)
+        shared = weights.details()
     if job.variant == "fp32":
         return Converted(fp32, {"graphs": {n: describe(fp32 / f"{n}.onnx") for n in job.programs},
                                 "shared_weights": shared})
@@ -74,7 +75,7 @@ def quantize_graphs(fp32: Path, out: Path, names: list[str], variant: str, keep_
                            **scheme_details(variant), **kept_scheme, "shared_weights": shared})
 
 
-def _export(program, sample: dict, path: Path) -> None:
+def _export(program, sample: dict, path: Path, weights) -> None:
     from edgeport.targets.onnx.exporter import onnx_export
     from edgeport.targets.onnx.tied_head import head_as_gemm
 
@@ -84,9 +85,9 @@ def _export(program, sample: dict, path: Path) -> None:
     # (a second trace of every signature), to the same graph
     exported = onnx_export(program, (), kwargs={k: v.clone() for k, v in sample.items()}, dynamo=True,
                            verbose=False, input_names=list(sample), output_names=outputs)
-    # external data whatever the size: the weights stream to a file tensor by tensor (a graph under 2 GB was
-    # first serialized whole in memory, its weights copied twice); share_weights moves them to weights.data
-    exported.save(str(path), external_data=True)
+    # external data whatever the size, straight into the shared weights.data (:class:`.shared_weights.WeightsWriter`;
+    # a graph under 2 GB was first serialized whole in memory, its weights copied twice)
+    weights.save(exported.model, path)
     head_as_gemm(path)   # a tied head reads the table as stored: no transposed copy per session (:mod:`.tied_head`)
 
 
