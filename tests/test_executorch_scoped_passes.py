@@ -13,7 +13,8 @@ from edgeport.targets.executorch import scoped_passes
 
 
 class Convs(torch.nn.Module):
-    """conv2d + batch norm, PReLU, a bilinear upsample, conv1d + batch norm: the five passes' ops."""
+    """conv2d + batch norm, PReLU, a bilinear upsample, conv1d + batch norm + ReLU, a concatenation of 6: the
+    ops of most passes of the table."""
 
     def __init__(self):
         super().__init__()
@@ -22,19 +23,25 @@ class Convs(torch.nn.Module):
 
     def forward(self, x):
         y = torch.nn.functional.interpolate(self.act(self.norm(self.conv(x))), scale_factor=2, mode="bilinear")
-        return self.norm1d(self.conv1d(y.mean(dim=2)))
+        z = torch.relu(self.norm1d(self.conv1d(y.mean(dim=2))))
+        return torch.cat([z * i for i in range(1, 7)], dim=1)
 
 
 class Attention(torch.nn.Module):
-    """A language model's ops: linears, a softmax, a residual add."""
+    """A language model's ops: linears, a softmax, a residual add; and ``sdpa``: the same attention through
+    ``scaled_dot_product_attention`` with a mask (the graph XNNPACK's SDPA pass matches)."""
 
-    def __init__(self):
+    def __init__(self, sdpa: bool = False):
         super().__init__()
         self.q, self.k, self.out = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+        self.sdpa = sdpa
 
     def forward(self, x):
-        weights = torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2), dim=-1)
-        return x + self.out(weights @ x)
+        q, k = self.q(x), self.k(x)
+        if self.sdpa:
+            mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+            return x + self.out(torch.nn.functional.scaled_dot_product_attention(q, k, x, attn_mask=mask))
+        return x + self.out(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ x)
 
 
 def batch_norm_stats(model):
@@ -46,8 +53,10 @@ def batch_norm_stats(model):
 
 
 @pytest.mark.parametrize("model,sample,ran", [
-    (Convs, torch.randn(1, 3, 8, 8), {"FuseBatchNormPass", "Conv1dUnsqueezePass", "ConvertToUpsampleBilinear2d"}),
+    (Convs, torch.randn(1, 3, 8, 8), {"FuseBatchNormPass", "Conv1dUnsqueezePass", "ConvertToUpsampleBilinear2d",
+                                         "FuseActivationPass", "DecomposeConcatenate"}),
     (Attention, torch.randn(1, 6, 32), set()),
+    (lambda: Attention(sdpa=True), torch.randn(1, 6, 32), set()),   # decomposed: no pattern's every op
 ])
 def test_inert_passes_are_skipped_and_the_pte_is_the_same(tmp_path, monkeypatch, model, sample, ran):
     """``ran``: the passes of the table given at least one partition (a partition without their ops skips them)."""
