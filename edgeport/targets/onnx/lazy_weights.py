@@ -62,6 +62,14 @@ def weights_read_lazily():
             setattr(owner, name, value)
 
 
+def transposed_tensor(tensor, folder: str, name: str):
+    """A 2-D ``tensor`` read in and transposed, as a new tensor called ``name`` (what the MatMul quantizers pack
+    for a weight stored (N, K): a Gemm's ``transB``, a head tied to the embedding table)."""
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(numpy_helper.to_array(inline_tensor(tensor, folder, copy=True)).T.copy(), name)
+
+
 def inline_tensor(tensor, folder: str, copy: bool):
     """``tensor`` (or a copy of it) with its external bytes read in (``folder``: where its location is relative
     to); one already inline is returned as it is (or copied)."""

@@ -217,9 +217,9 @@ def _as_matmul(node, inits: dict, folder: str):
     with a constant weight, or None. A Gemm (alpha = beta = 1, A not transposed) becomes ``<name>_MatMul`` on B
     (transposed if ``transB``) and ``<name>_Add`` of C, as onnxruntime's dynamic quantizer rewrites it."""
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
-    from edgeport.targets.onnx.lazy_weights import inline_tensor
+    from edgeport.targets.onnx.lazy_weights import inline_tensor, transposed_tensor
 
     if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2 or node.input[1] not in inits:
         return None
@@ -234,8 +234,7 @@ def _as_matmul(node, inits: dict, folder: str):
     name = f"{tensor.name}_transposed" if attrs.get("transB", 0) else tensor.name
 
     def read():
-        weight = inline_tensor(tensor, folder, copy=True)
-        return numpy_helper.from_array(numpy_helper.to_array(weight).T.copy(), name) if name != tensor.name else weight
+        return transposed_tensor(tensor, folder, name) if name != tensor.name else inline_tensor(tensor, folder, copy=True)
 
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
     product = f"{node.output[0]}_MatMul" if bias else node.output[0]

@@ -94,19 +94,26 @@ class WeightsWriter:
     def _append(self, data) -> tuple[int, int]:
         import hashlib
 
-        key = hashlib.sha256(data).hexdigest()
-        if key in self.written:
-            self.saved += len(data)
-        else:
-            self.sink.write(b"\0" * (-self.sink.tell() % ALIGN))
-            self.written[key] = (self.sink.tell(), len(data))
-            self.sink.write(data)
-        return self.written[key]
+        offset, repeat = _placed(self.sink, self.written, hashlib.sha256(data).hexdigest(), len(data), lambda: [data])
+        self.saved += len(data) if repeat else 0
+        return offset, len(data)
 
     def details(self) -> dict:
         """What :func:`share_weights` returns for the row."""
         return {"weights_file": WEIGHTS_FILE, "bytes": (self.folder / WEIGHTS_FILE).stat().st_size,
                 "tensors": len(self.written), "bytes_saved": self.saved}
+
+
+def _placed(sink, written: dict, key: str, length: int, pieces) -> tuple[int, bool]:
+    """(the offset of the blob ``key`` in ``sink``, whether it was there already): the first time, ``pieces()``
+    appended at the next ``ALIGN``ed offset and ``written[key]`` set to (offset, ``length``)."""
+    repeat = key in written
+    if not repeat:
+        sink.write(b"\0" * (-sink.tell() % ALIGN))
+        written[key] = (sink.tell(), length)
+        for chunk in pieces():
+            sink.write(chunk)
+    return written[key][0], repeat
 
 
 class Sources:
@@ -181,14 +188,7 @@ def _externalize(tensor, sink, written: dict, sources: Sources) -> int:
     digest = hashlib.sha256()
     for chunk in pieces():
         digest.update(chunk)
-    key = digest.hexdigest()
-    repeat = key in written
-    if not repeat:
-        sink.write(b"\0" * (-sink.tell() % ALIGN))
-        written[key] = (sink.tell(), length)
-        for chunk in pieces():
-            sink.write(chunk)
-    offset_out, _ = written[key]
+    offset_out, repeat = _placed(sink, written, digest.hexdigest(), length, pieces)
     tensor.ClearField("raw_data")
     del tensor.external_data[:]
     for k, v in (("location", WEIGHTS_FILE), ("offset", str(offset_out)), ("length", str(length))):

@@ -128,17 +128,11 @@ def _axis(node) -> int:
 
 def as_matmul(node, transpose, table, folder: str):
     """(the head's MatMul on the table transposed, a function reading that weight in): what the quantizer packs."""
-    from onnx import numpy_helper
-
-    from edgeport.targets.onnx.lazy_weights import inline_tensor
+    from edgeport.targets.onnx.lazy_weights import transposed_tensor
 
     name = f"{table.name}_transposed"
-
-    def read():
-        values = numpy_helper.to_array(inline_tensor(table, folder, copy=True))
-        return numpy_helper.from_array(values.T.copy(), name)
-
-    return helper.make_node("MatMul", [node.input[0], name], list(node.output), name=node.name), read
+    return (helper.make_node("MatMul", [node.input[0], name], list(node.output), name=node.name),
+            lambda: transposed_tensor(table, folder, name))
 
 
 def gathers(graph, table: str, nbits_node) -> list:

@@ -76,12 +76,14 @@ def interleaved(runner, tasks: list) -> list:
     """Generators of calls (:func:`greedy_steps`, :func:`~.quality.teacher_forced_steps`) run together on
     ``runner``; their return values, in order. A call goes to the signature used last while any task waits
     on it, else to a prefill some task waits on (the one most wait on), else to decode: every signature is
-    then used once, in one run. Why: a runner that keeps one signature's runtime at a
-    time (:class:`~edgeport.targets.signature.PerSignature`, above 1 GiB) rebuilds it at every switch, seconds
-    at 1B; a judge's prompts and quality windows, run one after another, switched twice each (6 of the 8
-    rebuilds of ExecuTorch's packed weights in a Llama-3.2-1B judge), and run together switch twice for all. Each task's calls
-    keep their order and tasks share nothing (the cache is every call's explicit input and output), so the
-    results are those of running the tasks one after another."""
+    then used once, in one run.
+
+    Why: a runner that keeps one signature's runtime at a time (:class:`~edgeport.targets.signature.PerSignature`,
+    above 1 GiB) rebuilds it at every switch, seconds at 1B. A judge's prompts and quality windows, run one
+    after another, switched twice each (6 of the 8 rebuilds of ExecuTorch's packed weights in a Llama-3.2-1B
+    judge); run together, they switch twice for all. Each task's calls keep their order and tasks share
+    nothing (the cache is every call's explicit input and output), so the results are those of running the
+    tasks one after another."""
     from collections import Counter
 
     results, waiting = [None] * len(tasks), {}
