@@ -56,8 +56,8 @@ CYCLE = "found dependency cycles"
 
 def lowered(programs: dict, constants: dict | None, partitioner: list, verify: bool = False, passes: list | None = None):
     """``to_edge_transform_and_lower`` under the house's lowering context (no grad, CPU tracing, weights
-    shared with the copies, provenance shared, XNNPACK's passes only where they can act:
-    :mod:`.scoped_passes`) with ``passes`` first (by default :func:`.views.delegable_views` and
+    shared with the copies, provenance shared, XNNPACK's passes and ExecuTorch's re-decompositions only where
+    they can act: :mod:`.scoped_passes`) with ``passes`` first (by default :func:`.views.delegable_views` and
     :func:`.views.linears_beside_their_input`), then the tied tables tagged for the ``.ptd``
     (:mod:`.tied`: XNNPACK writes a tagged weight to that file as it lowers, so :func:`save` must write it).
 
@@ -73,13 +73,13 @@ def lowered(programs: dict, constants: dict | None, partitioner: list, verify: b
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     from edgeport.core.provenance import shared_provenance
-    from edgeport.targets.executorch.scoped_passes import inert_passes_skipped
+    from edgeport.targets.executorch.scoped_passes import inert_passes_skipped, redundant_decompositions_skipped
     from edgeport.targets.executorch.tied import tag_tied, tied_placeholders
     from edgeport.targets.executorch.views import delegable_views, linears_beside_their_input
 
     config = EdgeCompileConfig(_check_ir_validity=verify)
     with torch.no_grad(), warnings.catch_warnings(), cpu_tracing(), weights_not_copied(), shared_provenance(), \
-            inert_passes_skipped():
+            inert_passes_skipped(), redundant_decompositions_skipped():
         warnings.simplefilter("ignore")  # torch/pytree deprecation and ExecuTorch "experimental" noise, per node
         passes = [delegable_views, linears_beside_their_input] if passes is None else list(passes)
         passes.append(tag_tied(tied_placeholders(programs)))
