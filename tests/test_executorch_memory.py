@@ -9,6 +9,7 @@ kept every lowered graph with those bytes alive through the judges (Qwen3-0.6B: 
 
 import gc
 
+import pytest
 import torch
 
 
@@ -39,27 +40,30 @@ class TiedHead(torch.nn.Module):
     """A head tied to the embedding (Qwen3, Llama-3.2, Gemma): the table is read by the gather XNNPACK leaves
     outside its partitions and by the linear inside one, so ExecuTorch duplicates it for the partition."""
 
-    def __init__(self):
+    def __init__(self, tied: bool = True):
         super().__init__()
         torch.manual_seed(0)
         self.embed, self.up = torch.nn.Embedding(512, 64), torch.nn.Linear(64, 64)
         self.head = torch.nn.Linear(64, 512, bias=False)
-        self.head.weight = self.embed.weight
+        if tied:
+            self.head.weight = self.embed.weight
 
     def forward(self, ids):
         return self.head(torch.relu(self.up(self.embed(ids))))
 
 
-def tied_programs():
-    model = TiedHead().eval()
+def tied_programs(tied: bool = True):
+    model = TiedHead(tied).eval()
     return {name: torch.export.export(model, (torch.randint(0, 512, (1, n)),)) for name, n in (("prefill_4", 4), ("decode", 1))}
 
 
-def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_path, monkeypatch):
+@pytest.mark.parametrize("tied", [True, False])   # untied: the table is a constant of the .pte, not the .ptd
+def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_path, monkeypatch, tied):
     """XNNPACK's named data (the delegated weights) and the emitter's constants (the table the gather outside the
-    delegates reads, once per method) are files, not ``bytes``, from lowering to the written ``.pte``, which is
-    byte-identical; XNNPACK hands the store files, not ``bytes`` copies of each weight; afterwards no file, no
-    lowered graph and no patched module stays."""
+    delegates reads, once per method) are file-backed, not ``bytes``, from lowering to the written ``.pte``,
+    which is byte-identical; a blob that is a program weight's whole storage is that tensor, not a file; XNNPACK
+    hands the store file-backed data, not ``bytes`` copies of each weight; afterwards no file, no lowered graph
+    and no patched module stays."""
     import hashlib
 
     from executorch.backends.xnnpack.operators import node_visitor
@@ -71,7 +75,7 @@ def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_p
 
     from edgeport.targets.executorch import lower as L
 
-    programs = tied_programs()
+    programs = tied_programs(tied)
     L.save(L.lower(programs), tmp_path / "in_memory.pte")
     monkeypatch.setattr(L, "SPILL_MIN_BYTES", 1)   # every blob of this small model goes to a file
     constants, emit = [], _program.emit_program
@@ -90,23 +94,30 @@ def test_weights_live_in_files_while_lowering_and_nothing_stays_after_save(tmp_p
         return add(store, key, data, *args, **kwargs)
 
     monkeypatch.setattr(NamedDataStore, "add_named_data", received)
-    with L.weights_on_disk(tmp_path):
+    with L.weights_on_disk(tmp_path, programs):
         edge = L.lower(programs)
         modules = [m for name in programs for m in edge.exported_program(name).graph_module.modules()
                    if isinstance(m, LoweredBackendModule)]
         blobs = [b for m in modules for b in m.named_data_store_output.buffers]
         assert modules and blobs and all(isinstance(b, FileBackedData) for b in blobs)
-        assert len({id(b) for b in blobs}) == len({b.sha256() for b in blobs})   # one file per distinct blob
+        assert len({id(b) for b in blobs}) == len({b.sha256() for b in blobs})   # one per distinct blob
+        weights = {t.untyped_storage().data_ptr(): t for p in programs.values() for t in p.state_dict.values()}
+        own = [b for b in blobs if isinstance(b, L.tensor_data_class())]
+        assert own and all(b.to_bytes() == weights[b._tensor.untyped_storage().data_ptr()].detach().numpy().tobytes()
+                           for b in own)   # the program's weight itself (before: written to a file, read back)
+        files = [f.read_bytes() for f in tmp_path.glob(".weights_*/*.bin")]
+        assert not {b.to_bytes() for b in own} & set(files)   # and not written to a file as well
         assert handed and all(isinstance(d, FileBackedData) for d in handed)   # before: bytes, copied twice each
         L.save(edge, tmp_path / "spilled.pte")
         assert constants and all(isinstance(c, FileBackedData) for c in constants)
         table = programs["decode"].state_dict["embed.weight"].detach().numpy().tobytes()
         assert [c.to_bytes() for c in constants].count(table) == 1   # the gather's table, once for both methods
     del edge, modules, blobs
-    for suffix in (".pte", ".ptd"):
+    suffixes = (".pte", ".ptd") if tied else (".pte",)
+    for suffix in suffixes:
         assert (tmp_path / f"spilled{suffix}").read_bytes() == (tmp_path / f"in_memory{suffix}").read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in_memory.ptd", "in_memory.pte", "spilled.ptd",
-                                                          "spilled.pte"]   # the spill folder went
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}{suffix}" for name in ("in_memory", "spilled")
+                                                                for suffix in suffixes)   # the spill folder went
     assert lowered_alive() == 0   # before: the last lowering's graphs, with their weights, stayed reachable
     assert all("bytes" not in vars(m) and m.hashlib is hashlib for m in (_emitter, node_visitor))
 

@@ -15,7 +15,7 @@ def convert(job: ConvertJob) -> Converted:
         job.progress("quantization (PT2E int8)")
     program, on_purpose = quantized_program(job) if job.variant == "int8" else (job.program, [])
     path = job.out_dir / f"model_{job.variant}.pte"
-    with weights_on_disk(job.out_dir):
+    with weights_on_disk(job.out_dir, {"forward": program}):
         job.progress("lowering (XNNPACK)")
         edge = lower({"forward": program})
         details = {"delegation": summary(edge), **({"quantization": {"float_on_purpose": on_purpose}} if on_purpose else {})}

@@ -51,7 +51,7 @@ def convert(job: GenerativeJob, quantize=None) -> Converted:
         programs = {n: dynamic_int8(p, job.samples[n], shared, quantize) for n, p in job.programs.items()} \
             if quantized else job.programs
     path = artifact_path(job.out_dir, job.variant)
-    with weights_on_disk(job.out_dir):
+    with weights_on_disk(job.out_dir, programs):
         edge = lower(programs, dynamic_quant=quantized)
         details = {"delegation": summary(edge), "methods": list(programs),
                    "kv_cache": "explicit input/output state (each method returns the updated cache)"}

@@ -12,6 +12,7 @@ that requires grad.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from pathlib import Path
 
@@ -187,21 +188,25 @@ class _SharingTensors:
 
 
 @contextlib.contextmanager
-def weights_on_disk(folder: Path):
-    """While lowering and saving, the serialized weights go to files in a temporary folder under ``folder``
-    instead of memory, and the ``.pte`` writer streams them from there (ExecuTorch's own ``FileBackedData``):
-    the artifact is byte-identical. Two places made ``bytes`` copies of weights:
+def weights_on_disk(folder: Path, programs: dict | None = None):
+    """While lowering and saving, the serialized weights are not copied into memory: the ``.pte`` writer streams
+    each one from where it already is (ExecuTorch's own ``FileBackedData``), and the artifact is byte-identical.
+    A weight of ``programs`` (method name -> ExportedProgram, whose tensors outlive the lowering) is read from
+    the program's own tensor; any other blob (one the lowering made) from a file in a temporary folder under
+    ``folder``. Two places made ``bytes`` copies of weights:
     - XNNPACK copies every delegated weight into its partition's named data, and each method is lowered apart:
       the prefill and decode methods each held all the weights (2x beside the programs, until
       ``to_executorch`` merged the stores);
     - the emitter copies every constant left outside the delegates (the embedding table the gather reads: a
       quarter of Qwen3-0.6B) into ``bytes``, once per method that reads it (the second copy only to hash it
       and find the first), and keeps one until the file is written.
-    Each blob is written once (blobs with the same sha256 share one file); the folder goes on exit."""
+    Each blob is hashed once and kept once (blobs with the same sha256 share one); the folder goes on exit.
+    Writing the programs' own weights to files first, then reading them back into the ``.pte``, was 4.9 GB
+    each way for Llama-3.2-1B's fp32 row."""
     import shutil
     import tempfile
 
-    spill = _Spill(Path(tempfile.mkdtemp(prefix=".weights_", dir=folder)))
+    spill = _Spill(Path(tempfile.mkdtemp(prefix=".weights_", dir=folder)), programs or {})
     with spill.named_data(), spill.constants_as_files():
         try:
             yield
@@ -210,22 +215,37 @@ def weights_on_disk(folder: Path):
 
 
 class _Spill:
-    """The files of :func:`weights_on_disk`, one per distinct blob of at least ``SPILL_MIN_BYTES``."""
+    """The blobs of :func:`weights_on_disk`, one per distinct blob of at least ``SPILL_MIN_BYTES``: a program's
+    tensor where the blob is one's whole storage, else a file."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, programs: dict):
+        import torch
+
         self.folder, self.files = folder, {}
+        self.storages = {}   # (address, bytes) of each program tensor's storage -> the tensor
+        for program in programs.values():
+            for tensor in (*program.state_dict.values(), *program.constants.values()):
+                if type(tensor) in (torch.Tensor, torch.nn.Parameter):   # not a subclass (torchao's int4 weights)
+                    storage = tensor.untyped_storage()
+                    self.storages[storage.data_ptr(), storage.nbytes()] = tensor
 
-    def file(self, data):
-        """``data`` (anything with the buffer protocol) as a ``FileBackedData``, written without a copy."""
+    def file(self, data, address: int | None = None):
+        """``data`` (anything with the buffer protocol; at ``address``, when known) as a ``FileBackedData``: the
+        program tensor whose whole storage it is, else written to a file without a copy."""
         import hashlib
 
         from executorch.exir._serialize._cord import FileBackedData
 
         digest = hashlib.sha256(data).digest()
         if digest not in self.files:
-            target = self.folder / f"{len(self.files)}.bin"
-            target.write_bytes(data)
-            self.files[digest] = FileBackedData(str(target), sha256=digest)
+            view = memoryview(data).cast("B")
+            tensor = self.storages.get((address, len(view)))
+            if tensor is not None:
+                self.files[digest] = tensor_data_class()(tensor, view, digest)
+            else:
+                target = self.folder / f"{len(self.files)}.bin"
+                target.write_bytes(data)
+                self.files[digest] = FileBackedData(str(target), sha256=digest)
         return self.files[digest]
 
     @contextlib.contextmanager
@@ -250,10 +270,10 @@ class _Spill:
         """Two modules read a weight as ``bytes(<ctypes array over the tensor's storage>)`` and hash it with
         ``hashlib.sha256``: the emitter (a constant left outside the delegates) and XNNPACK's node visitor
         (every delegated weight, read twice: once to hash it, once for the named data). In both, ``bytes``
-        and ``hashlib`` become ones that hand a large array to :meth:`file` instead (the tensor's memory
-        written straight to disk, hashed once) and answer a file's hash by its digest: at Llama-3.2-1B this
-        was five sha256 and four copies of the 4.9 GB of weights per lowering. Everything else passes
-        through to the builtins."""
+        and ``hashlib`` become ones that hand a large array to :meth:`file` instead (the program's tensor
+        itself, or the memory written straight to disk; hashed once) and answer its hash by its digest: at
+        Llama-3.2-1B this was five sha256 and four copies of the 4.9 GB of weights per lowering. Everything
+        else passes through to the builtins."""
         import builtins
         import ctypes
         import hashlib
@@ -267,7 +287,7 @@ class _Spill:
         def constant_bytes(value=b"", *args, **kwargs):
             if not args and not kwargs and isinstance(value, ctypes.Array) and ctypes.sizeof(value) >= SPILL_MIN_BYTES:
                 if last[0] is not value:
-                    last[:] = value, self.file(memoryview(value).cast("B"))
+                    last[:] = value, self.file(memoryview(value).cast("B"), ctypes.addressof(value))
                 return last[1]
             return builtins.bytes(value, *args, **kwargs)
 
@@ -301,6 +321,36 @@ class _KnownDigest:
 
     def hexdigest(self) -> str:
         return self._digest.hex()
+
+
+@functools.lru_cache(maxsize=None)
+def tensor_data_class():
+    """:class:`TensorData`, defined once ExecuTorch is imported (it subclasses ExecuTorch's ``FileBackedData``)."""
+    from executorch.exir._serialize._cord import FileBackedData
+
+    class TensorData(FileBackedData):
+        """A program tensor's memory as ExecuTorch's file-backed data (the writer streams it; its digest is
+        known), the tensor held so the memory stays its."""
+
+        def __init__(self, tensor, view: memoryview, digest: bytes):
+            self._tensor, self._view = tensor, view
+            self._path, self._size, self._sha256, self._finalizer = None, len(view), digest, None
+
+        def prefix(self, size: int) -> bytes:
+            return bytes(self._view[:size])
+
+        def to_bytes(self) -> bytes:
+            return bytes(self._view)
+
+        def write_to_file(self, outfile) -> None:
+            outfile.write(self._view)
+
+        def __deepcopy__(self, memo):
+            """Itself: the data is never written (a copy of a ``FileBackedData`` reads the same file too).
+            The ``.pte`` writer deep-copies the program, constants and all, before serializing it."""
+            return self
+
+    return TensorData
 
 
 # blobs below this stay in memory (scales, biases, norms: thousands of small files otherwise)
