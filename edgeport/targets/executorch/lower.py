@@ -221,7 +221,7 @@ class _Spill:
     def __init__(self, folder: Path, programs: dict):
         import torch
 
-        self.folder, self.files = folder, {}
+        self.folder, self.blobs = folder, {}
         self.storages = {}   # (address, bytes) of each program tensor's storage -> the tensor
         for program in programs.values():
             for tensor in (*program.state_dict.values(), *program.constants.values()):
@@ -229,7 +229,7 @@ class _Spill:
                     storage = tensor.untyped_storage()
                     self.storages[storage.data_ptr(), storage.nbytes()] = tensor
 
-    def file(self, data, address: int | None = None):
+    def blob(self, data, address: int | None = None):
         """``data`` (anything with the buffer protocol; at ``address``, when known) as a ``FileBackedData``: the
         program tensor whose whole storage it is, else written to a file without a copy."""
         import hashlib
@@ -237,16 +237,16 @@ class _Spill:
         from executorch.exir._serialize._cord import FileBackedData
 
         digest = hashlib.sha256(data).digest()
-        if digest not in self.files:
+        if digest not in self.blobs:
             view = memoryview(data).cast("B")
             tensor = self.storages.get((address, len(view)))
             if tensor is not None:
-                self.files[digest] = tensor_data_class()(tensor, view, digest)
+                self.blobs[digest] = tensor_data_class()(tensor, view, digest)
             else:
-                target = self.folder / f"{len(self.files)}.bin"
+                target = self.folder / f"{len(self.blobs)}.bin"
                 target.write_bytes(data)
-                self.files[digest] = FileBackedData(str(target), sha256=digest)
-        return self.files[digest]
+                self.blobs[digest] = FileBackedData(str(target), sha256=digest)
+        return self.blobs[digest]
 
     @contextlib.contextmanager
     def named_data(self):
@@ -256,7 +256,7 @@ class _Spill:
 
         def add(store, key, data, *args, **kwargs):
             if isinstance(data, bytes) and len(data) >= SPILL_MIN_BYTES:
-                data = self.file(data)
+                data = self.blob(data)
             return original(store, key, data, *args, **kwargs)
 
         NamedDataStore._add_named_data_to_map = add
@@ -270,7 +270,7 @@ class _Spill:
         """Two modules read a weight as ``bytes(<ctypes array over the tensor's storage>)`` and hash it with
         ``hashlib.sha256``: the emitter (a constant left outside the delegates) and XNNPACK's node visitor
         (every delegated weight, read twice: once to hash it, once for the named data). In both, ``bytes``
-        and ``hashlib`` become ones that hand a large array to :meth:`file` instead (the program's tensor
+        and ``hashlib`` become ones that hand a large array to :meth:`blob` instead (the program's tensor
         itself, or the memory written straight to disk; hashed once) and answer its hash by its digest: at
         Llama-3.2-1B this was five sha256 and four copies of the 4.9 GB of weights per lowering. Everything
         else passes through to the builtins."""
@@ -287,7 +287,7 @@ class _Spill:
         def constant_bytes(value=b"", *args, **kwargs):
             if not args and not kwargs and isinstance(value, ctypes.Array) and ctypes.sizeof(value) >= SPILL_MIN_BYTES:
                 if last[0] is not value:
-                    last[:] = value, self.file(memoryview(value).cast("B"), ctypes.addressof(value))
+                    last[:] = value, self.blob(memoryview(value).cast("B"), ctypes.addressof(value))
                 return last[1]
             return builtins.bytes(value, *args, **kwargs)
 
